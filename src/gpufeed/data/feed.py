@@ -1,0 +1,214 @@
+"""`Feed`: batches from a packed dataset to the device, with the CPU and the device overlapping.
+
+Per batch (see DESIGN.md): the order says which samples; a staging thread gathers them as uint8 into a ring
+slot (pinned memory when the device is a CUDA GPU); the slot is copied to the device on a side stream with an
+event; augmentation runs on the device on the whole batch, after that event. If the dataset fits in device
+memory with room to spare it is moved there once and batches are gathered on the device. On the CPU the same
+stages run on the staging threads, so the consumer receives finished float batches.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from gpufeed.data import augment as transforms
+from gpufeed.data.order import EpochOrder, batches_per_epoch, check_order_arguments, epoch_order
+from gpufeed.data.reader import PackedDataset, dataset_from_arrays, open_packed
+from gpufeed.data.staging import SlotPool, Staging
+from gpufeed.data.transfer import DeviceTransfer, ResidentData, fits_on_device
+from gpufeed.errors import ConfigError
+from gpufeed.hardware.devices import resolve_device
+
+STATE_KEYS = ("epoch", "position", "seed", "batch_size", "world_size", "count", "shuffle", "drop_last")
+
+
+def default_workers() -> int:
+    return max(1, min(4, (os.cpu_count() or 2) // 2))
+
+
+class Feed:
+    """An iterable of `(images, labels)` batches: images (B, C, H, W) on `device`, labels (B,) int64.
+
+    `len(feed)` is batches per epoch for this rank. An exhausted iteration advances to the next epoch;
+    `set_epoch(e)` sets it explicitly. `state_dict()` records the epoch and the next unseen batch, and
+    `load_state_dict()` resumes there: the resumed batches equal the ones an uninterrupted run would see.
+    """
+
+    def __init__(self, source: str | os.PathLike | PackedDataset, batch_size: int, device: str = "auto",
+                 shuffle: bool = True, seed: int = 0, drop_last: bool = True, augment: str | None = "crop+flip",
+                 normalize: bool = True, dtype: torch.dtype | None = None, prefetch: int = 4,
+                 ram_budget_bytes: int | None = None, rank: int = 0, world_size: int = 1,
+                 workers: int | None = None, padding: int = 4, resident: bool | str = "auto",
+                 channels_last: bool | None = None, verify: bool = False):
+        if isinstance(source, PackedDataset):
+            self.dataset = source
+        else:
+            self.dataset = open_packed(source, verify=verify, ram_budget_bytes=ram_budget_bytes)
+        self.device = resolve_device(device)
+        self.batch_size, self.seed, self.shuffle, self.drop_last = batch_size, int(seed), bool(shuffle), bool(drop_last)
+        self.rank, self.world_size = int(rank), int(world_size)
+        check_order_arguments(len(self.dataset), batch_size, self.rank, self.world_size, self.drop_last)
+        self.plan = transforms.parse_augment(augment, padding)
+        if prefetch < 1:
+            raise ConfigError(f"prefetch must be at least 1 batch, got {prefetch}")
+        self.prefetch = int(prefetch)
+        self.workers = default_workers() if workers is None else int(workers)
+        if self.workers < 1:
+            raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        self.dtype = dtype or torch.float32
+        if not self.dtype.is_floating_point:
+            raise ConfigError(f"dtype must be a floating type such as torch.float32 or torch.bfloat16, "
+                              f"got {self.dtype}")
+        self.channels_last = self.device.type == "cuda" if channels_last is None else bool(channels_last)
+        self.normalize = normalize
+        mean = torch.tensor(self.dataset.mean, dtype=torch.float32).view(1, -1, 1, 1)
+        std = torch.tensor(self.dataset.std, dtype=torch.float32).clamp_min(1e-3).view(1, -1, 1, 1)
+        self._mean = mean.to(self.device, self.dtype) if normalize else None
+        self._inverse_std = (1.0 / std).to(self.device, self.dtype) if normalize else None
+        self.resident = self._decide_resident(resident)
+        self._resident_data: ResidentData | None = None
+        self.epoch, self.position = 0, 0
+
+    @classmethod
+    def from_arrays(cls, images, labels, batch_size: int, classes=None, **options) -> Feed:
+        """A feed over in-memory arrays: images (N, H, W[, C]) uint8, labels (N,) integers."""
+        return cls(dataset_from_arrays(images, labels, classes), batch_size, **options)
+
+    def _decide_resident(self, resident: bool | str) -> bool:
+        if resident not in (True, False, "auto"):
+            raise ConfigError(f"resident must be True, False or 'auto', got {resident!r}")
+        if self.device.type != "cuda":
+            return False  # on the CPU the images already live in host memory (or the page cache)
+        if resident == "auto":
+            return fits_on_device(self.dataset.images_bytes, self.device)
+        return bool(resident)
+
+    # -- order and state ---------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return batches_per_epoch(len(self.dataset), self.batch_size, self.world_size, self.drop_last)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.dataset.classes)
+
+    @property
+    def sample_shape(self) -> tuple[int, int, int]:
+        """(C, H, W) of one image as the model receives it."""
+        height, width, channels = self.dataset.shape
+        return channels, height, width
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self.position = int(epoch), 0
+
+    def order(self, epoch: int | None = None) -> EpochOrder:
+        return epoch_order(len(self.dataset), self.batch_size, self.seed, self.epoch if epoch is None else epoch,
+                           self.rank, self.world_size, self.shuffle, self.drop_last)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_size": self.batch_size,
+                "world_size": self.world_size, "count": len(self.dataset), "shuffle": self.shuffle,
+                "drop_last": self.drop_last}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = [key for key in STATE_KEYS if key not in state]
+        if missing:
+            raise ConfigError(f"feed state lacks {', '.join(missing)}; it was not saved by Feed.state_dict()")
+        mine = self.state_dict()
+        for key in STATE_KEYS[2:]:
+            if state[key] != mine[key]:
+                raise ConfigError(f"cannot resume: the saved feed had {key}={state[key]!r}, this one has "
+                                  f"{mine[key]!r}; resume with the same data and settings")
+        if not 0 <= int(state["position"]) <= len(self):
+            raise ConfigError(f"feed state position {state['position']} is outside 0..{len(self)}")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+
+    # -- iteration -------------------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        order = self.order()
+        epoch = self.epoch
+        if self.position >= len(order):
+            self.epoch, self.position = epoch + 1, 0
+            order, epoch = self.order(), self.epoch
+        if self.resident:
+            batches = self._iterate_resident(order, epoch)
+        elif self.device.type == "cpu":
+            batches = self._iterate_host(order, epoch)
+        else:
+            batches = self._iterate_transfer(order, epoch)
+        for index, images, labels in batches:
+            self.position = index + 1
+            yield images, labels
+        if self.epoch == epoch and self.position >= len(order):
+            self.epoch, self.position = epoch + 1, 0
+
+    def _draws(self, epoch: int, index: int, size: int) -> np.ndarray | None:
+        if self.plan is None:
+            return None
+        return transforms.draw(self.plan, size, self.seed, epoch, self.rank, index)
+
+    def _finish(self, images_uint8: torch.Tensor, draws: torch.Tensor | None) -> torch.Tensor:
+        """uint8 (B, H, W, C) on the device -> augmented, normalised float (B, C, H, W)."""
+        if draws is not None:
+            images_uint8 = transforms.crop_flip(images_uint8, draws)
+        return transforms.to_float(images_uint8, self.dtype, self._mean, self._inverse_std, self.channels_last)
+
+    def _iterate_host(self, order: EpochOrder, epoch: int):
+        """CPU device: threads gather, augment and convert; the consumer receives finished batches."""
+        stop = threading.Event()
+        shape = (self.batch_size, *self.dataset.shape)
+        pool = SlotPool(lambda: np.empty(shape, np.uint8), self.prefetch + self.workers, stop)
+        images, labels = self.dataset.images, self.dataset.labels
+
+        def prepare(index: int):
+            indices = order.batches[index]
+            slot = pool.acquire()
+            try:
+                batch = slot[: len(indices)]
+                np.take(images, indices, axis=0, out=batch)
+                draws = self._draws(epoch, index, len(indices))
+                finished = self._finish(torch.from_numpy(batch), None if draws is None else torch.from_numpy(draws))
+            finally:
+                pool.release(slot)
+            return finished, torch.from_numpy(labels[indices])
+
+        staging = Staging(prepare, self.position, len(order), self.workers, self.prefetch, stop)
+        for index, (batch_images, batch_labels) in staging:
+            yield index, batch_images, batch_labels
+
+    def _iterate_transfer(self, order: EpochOrder, epoch: int):
+        """GPU (or MPS): threads gather uint8 into pinned slots; copies run on a side stream; augment on device."""
+        stop = threading.Event()
+        transfer = DeviceTransfer(self.device, self.batch_size, self.dataset.shape, lookahead=2)
+        pool = SlotPool(transfer.make_host_slot, self.prefetch + self.workers + transfer.lookahead + 1, stop)
+        images, labels = self.dataset.images, self.dataset.labels
+
+        def prepare(index: int):
+            indices = order.batches[index]
+            slot = pool.acquire()
+            size = len(indices)
+            np.take(images, indices, axis=0, out=slot.images_numpy[:size])
+            slot.labels_numpy[:size] = labels[indices]
+            draws = self._draws(epoch, index, size)
+            slot.draws_numpy[:, :size] = 0 if draws is None else draws
+            return slot, size
+
+        staging = Staging(prepare, self.position, len(order), self.workers, self.prefetch, stop)
+        for index, device_images, device_labels, device_draws in transfer.stream(staging, pool):
+            yield index, self._finish(device_images, device_draws if self.plan else None), device_labels
+
+    def _iterate_resident(self, order: EpochOrder, epoch: int):
+        """The whole dataset is on the device: gather each batch there, no per-step copy of images."""
+        if self._resident_data is None:
+            self._resident_data = ResidentData.load(self.dataset, self.device)
+        data = self._resident_data
+        for index in range(self.position, len(order)):
+            indices = order.batches[index]
+            draws = self._draws(epoch, index, len(indices))
+            batch_images, batch_labels, device_draws = data.gather(indices, draws)
+            yield index, self._finish(batch_images, device_draws), batch_labels

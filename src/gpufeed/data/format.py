@@ -1,0 +1,339 @@
+"""The packed dataset format (`.gpuf`), version 1: layout, writer and header validation.
+
+Layout (all integers little-endian):
+
+    offset 0       8 bytes   magic b"GPUFEED1"
+    offset 8       u64       header length L in bytes
+    offset 16      L bytes   UTF-8 JSON header
+                   zeros     up to `images_offset` (a multiple of 4096)
+    images_offset  N*H*W*C   uint8 images, C-contiguous N x H x W x C
+                   zeros     up to `labels_offset` (a multiple of 4096)
+    labels_offset  8*N       int64 labels
+
+The header holds `version`, `count`, `shape` [H, W, C], `classes`, `source`, `created`, the byte offsets
+and sizes, per-channel `mean` and `std` of the pixel values (0..255), and a crc32 per 64 MiB chunk of the
+image and label regions. Nothing executable, no pickle.
+
+The writer streams: it reserves room for the header (sized for the largest possible count), writes images
+as they arrive while updating the checksums, then writes the labels and finally the header. It writes a
+temporary file beside the destination, fsyncs and renames it, so a killed pack leaves nothing at the
+destination.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpufeed.atomic import _fsync_folder, remove_stale_temporaries, temporary_path
+from gpufeed.errors import ConfigError, FormatError
+
+MAGIC = b"GPUFEED1"
+VERSION = 1
+ALIGNMENT = 4096
+CHUNK_BYTES = 64 * 1024 * 1024
+PREAMBLE_BYTES = len(MAGIC) + 8
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+
+
+def align_up(value: int, alignment: int = ALIGNMENT) -> int:
+    return (value + alignment - 1) // alignment * alignment
+
+
+@dataclass(frozen=True)
+class Header:
+    """The parsed, validated JSON header of a `.gpuf` file."""
+
+    version: int
+    count: int
+    shape: tuple[int, int, int]
+    classes: tuple[str, ...]
+    source: str
+    created: str
+    images_offset: int
+    images_bytes: int
+    labels_offset: int
+    labels_bytes: int
+    checksum_algorithm: str
+    chunk_bytes: int
+    images_checksums: tuple[int, ...]
+    labels_checksums: tuple[int, ...]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    extra: dict
+
+    @property
+    def bytes_per_sample(self) -> int:
+        height, width, channels = self.shape
+        return height * width * channels
+
+    @property
+    def file_bytes(self) -> int:
+        return self.labels_offset + self.labels_bytes
+
+
+def _checksums_crc32(data: memoryview | bytes | np.ndarray, chunk_bytes: int) -> list[int]:
+    view = memoryview(data).cast("B")
+    return [zlib.crc32(view[start:start + chunk_bytes]) for start in range(0, len(view), chunk_bytes)]
+
+
+class _ChunkedCrc:
+    """crc32 of each `chunk_bytes` piece of a byte stream that arrives in arbitrary pieces."""
+
+    def __init__(self, chunk_bytes: int = CHUNK_BYTES):
+        self.chunk_bytes = chunk_bytes
+        self.values: list[int] = []
+        self.current = 0
+        self.filled = 0
+
+    def update(self, data: memoryview) -> None:
+        data = memoryview(data).cast("B")
+        while len(data):
+            take = min(len(data), self.chunk_bytes - self.filled)
+            self.current = zlib.crc32(data[:take], self.current)
+            self.filled += take
+            data = data[take:]
+            if self.filled == self.chunk_bytes:
+                self.values.append(self.current)
+                self.current, self.filled = 0, 0
+
+    def finish(self) -> list[int]:
+        if self.filled:
+            self.values.append(self.current)
+            self.current, self.filled = 0, 0
+        return self.values
+
+
+def channel_sums(images: np.ndarray, slice_bytes: int = 8 * 1024 * 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel sum and sum of squares (float64) of uint8 images (..., C), a few MiB at a time."""
+    channels = images.shape[-1]
+    flat = images.reshape(-1, channels)
+    rows = max(1, slice_bytes // (8 * channels))
+    total = np.zeros(channels, np.float64)
+    squares = np.zeros(channels, np.float64)
+    for start in range(0, len(flat), rows):
+        piece = flat[start:start + rows].astype(np.float64)
+        total += piece.sum(axis=0)
+        squares += np.einsum("ij,ij->j", piece, piece)
+    return total, squares
+
+
+def _header_room(max_count: int, shape: tuple[int, int, int], classes: tuple[str, ...]) -> int:
+    """Bytes reserved for the JSON header: enough for the checksums of `max_count` samples."""
+    images = max_count * shape[0] * shape[1] * shape[2]
+    chunks = images // CHUNK_BYTES + (max_count * 8) // CHUNK_BYTES + 4
+    names = len(json.dumps(list(classes)))
+    return align_up(PREAMBLE_BYTES + 4096 + names + 12 * chunks)
+
+
+class PackWriter:
+    """Stream images and labels into a `.gpuf` file.
+
+    Use as a context manager; `append` batches of uint8 images (n, H, W, C) and int labels (n,). On a clean
+    exit the file is completed and renamed into place; on an exception the temporary file is removed.
+    `max_count` bounds how many samples may be appended (it sizes the header room); fewer is fine.
+    """
+
+    def __init__(self, destination: str | os.PathLike, shape: tuple[int, int, int], classes, max_count: int,
+                 source: str = "", extra: dict | None = None):
+        if len(shape) != 3 or min(shape) <= 0:
+            raise ConfigError(f"image shape must be (height, width, channels) > 0, got {tuple(shape)}")
+        self.destination = Path(destination)
+        if not self.destination.parent.is_dir():
+            raise ConfigError(f"cannot write {self.destination}: folder {self.destination.parent} does not exist")
+        self.shape = tuple(int(v) for v in shape)
+        self.classes = tuple(str(name) for name in classes)
+        self.max_count = int(max_count)
+        self.source = source
+        self.extra = dict(extra or {})
+        self.count = 0
+        self._labels: list[np.ndarray] = []
+        self._crc = _ChunkedCrc()
+        self._sum = np.zeros(self.shape[2], np.float64)
+        self._sum_squares = np.zeros(self.shape[2], np.float64)
+        self._images_offset = _header_room(self.max_count, self.shape, self.classes)
+        self._temporary = temporary_path(self.destination)
+        self._handle = None
+
+    def __enter__(self) -> PackWriter:
+        remove_stale_temporaries(self.destination)
+        self._handle = open(self._temporary, "wb")  # noqa: SIM115 - closed in __exit__
+        self._handle.seek(self._images_offset)
+        return self
+
+    def append(self, images: np.ndarray, labels: np.ndarray) -> None:
+        images = np.ascontiguousarray(images, dtype=np.uint8)
+        if images.ndim == 3 and self.shape[2] == 1:
+            images = images[..., None]
+        labels = np.asarray(labels, dtype=np.int64).reshape(-1)
+        if images.shape[1:] != self.shape or len(images) != len(labels):
+            raise ConfigError(f"batch of shape {images.shape} with {len(labels)} labels does not match "
+                              f"records of shape {self.shape}")
+        if self.count + len(images) > self.max_count:
+            raise ConfigError(f"more than max_count={self.max_count} samples appended")
+        view = memoryview(images).cast("B")
+        self._handle.write(view)
+        self._crc.update(view)
+        total, squares = channel_sums(images)
+        self._sum += total
+        self._sum_squares += squares
+        self._labels.append(labels.copy())
+        self.count += len(images)
+
+    def _statistics(self) -> tuple[list[float], list[float]]:
+        pixels = max(1, self.count * self.shape[0] * self.shape[1])
+        mean = self._sum / pixels
+        variance = np.maximum(self._sum_squares / pixels - mean ** 2, 0.0)
+        return [round(float(v), 6) for v in mean], [round(float(v), 6) for v in np.sqrt(variance)]
+
+    def _finish(self) -> None:
+        handle = self._handle
+        images_bytes = self.count * int(np.prod(self.shape))
+        labels_offset = align_up(self._images_offset + images_bytes)
+        labels = np.concatenate(self._labels) if self._labels else np.zeros(0, np.int64)
+        labels = labels.astype("<i8", copy=False)
+        handle.seek(labels_offset)
+        handle.write(memoryview(labels).cast("B"))
+        mean, std = self._statistics()
+        header = {
+            "version": VERSION, "count": self.count, "shape": list(self.shape), "classes": list(self.classes),
+            "source": self.source, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "images_offset": self._images_offset, "images_bytes": images_bytes,
+            "labels_offset": labels_offset, "labels_bytes": labels.nbytes,
+            "checksum": {"algorithm": "crc32", "chunk_bytes": CHUNK_BYTES, "images": self._crc.finish(),
+                         "labels": _checksums_crc32(labels, CHUNK_BYTES)},
+            "mean": mean, "std": std, **({"extra": self.extra} if self.extra else {}),
+        }
+        encoded = json.dumps(header, separators=(",", ":")).encode("utf-8")
+        if PREAMBLE_BYTES + len(encoded) > self._images_offset:
+            raise FormatError(f"header of {len(encoded)} bytes overflows its reserved room; this is a bug")
+        handle.seek(0)
+        handle.write(MAGIC + struct.pack("<Q", len(encoded)) + encoded)
+        handle.truncate(labels_offset + labels.nbytes)
+        handle.flush()
+        os.fsync(handle.fileno())
+        handle.close()
+        os.replace(self._temporary, self.destination)
+        _fsync_folder(self.destination.parent)
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            try:
+                self._finish()
+                return
+            except BaseException:
+                self._discard()
+                raise
+        self._discard()
+
+    def _discard(self) -> None:
+        if self._handle is not None and not self._handle.closed:
+            self._handle.close()
+        with contextlib.suppress(OSError):
+            self._temporary.unlink()
+
+
+def _field(raw: dict, name: str, kind, path: Path):
+    if name not in raw or not isinstance(raw[name], kind):
+        raise FormatError(f"{path}: header field '{name}' is missing or malformed; re-run gpufeed pack")
+    return raw[name]
+
+
+def parse_header(raw: dict, path: Path) -> Header:
+    """Check the JSON header's fields and turn it into a `Header`."""
+    version = _field(raw, "version", int, path)
+    if version != VERSION:
+        raise FormatError(f"{path} is format version {version}; this gpufeed reads version {VERSION}: "
+                          f"re-pack it with this version of gpufeed pack")
+    checksum = _field(raw, "checksum", dict, path)
+    shape = tuple(_field(raw, "shape", list, path))
+    count = _field(raw, "count", int, path)
+    if len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape) or count < 0:
+        raise FormatError(f"{path}: header has an invalid shape {list(shape)} or count {count}; re-run gpufeed pack")
+    channels = shape[2]
+    header = Header(
+        version=version, count=count, shape=shape, classes=tuple(_field(raw, "classes", list, path)),
+        source=str(raw.get("source", "")), created=str(raw.get("created", "")),
+        images_offset=_field(raw, "images_offset", int, path), images_bytes=_field(raw, "images_bytes", int, path),
+        labels_offset=_field(raw, "labels_offset", int, path), labels_bytes=_field(raw, "labels_bytes", int, path),
+        checksum_algorithm=str(checksum.get("algorithm", "")), chunk_bytes=int(checksum.get("chunk_bytes", 0)),
+        images_checksums=tuple(checksum.get("images", ())), labels_checksums=tuple(checksum.get("labels", ())),
+        mean=tuple(raw.get("mean", [127.5] * channels)), std=tuple(raw.get("std", [127.5] * channels)),
+        extra=dict(raw.get("extra", {})),
+    )
+    if header.images_bytes != count * header.bytes_per_sample or header.labels_bytes != 8 * count:
+        raise FormatError(f"{path}: header sizes disagree with count {count} and shape {list(shape)}; "
+                          f"the file is damaged: re-run gpufeed pack")
+    if header.images_offset % ALIGNMENT or header.labels_offset < header.images_offset + header.images_bytes:
+        raise FormatError(f"{path}: header offsets are inconsistent; the file is damaged: re-run gpufeed pack")
+    return header
+
+
+def read_header(path: str | os.PathLike) -> Header:
+    """Read and validate the header of `path`, and check the file holds every byte it announces."""
+    path = Path(path)
+    if not path.exists():
+        raise FormatError(f"{path} does not exist; pack a dataset first with gpufeed pack SRC {path}")
+    if path.is_dir():
+        raise FormatError(f"{path} is a folder; pack it first with gpufeed pack {path} OUT.gpuf")
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        preamble = handle.read(PREAMBLE_BYTES)
+        if len(preamble) < PREAMBLE_BYTES or preamble[:8] != MAGIC:
+            raise FormatError(f"{path} is not a gpufeed packed dataset (no GPUFEED1 magic); "
+                              f"make one with gpufeed pack SRC {path.name}")
+        (length,) = struct.unpack("<Q", preamble[8:])
+        if length > MAX_HEADER_BYTES or PREAMBLE_BYTES + length > size:
+            raise FormatError(f"{path} is truncated or damaged (header of {length} bytes, file of {size}); "
+                              f"re-run gpufeed pack")
+        try:
+            raw = json.loads(handle.read(length).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as error:
+            raise FormatError(f"{path} has an unreadable header ({error}); re-run gpufeed pack") from None
+    if not isinstance(raw, dict):
+        raise FormatError(f"{path} has an unreadable header (not an object); re-run gpufeed pack")
+    header = parse_header(raw, path)
+    if size < header.file_bytes:
+        expected = header.images_bytes
+        found = max(0, min(size - header.images_offset, expected))
+        raise FormatError(f"{path} is truncated (expected {expected} image bytes and {header.labels_bytes} label "
+                          f"bytes, file ends after {found} image bytes); re-run gpufeed pack")
+    return header
+
+
+def verify_checksums(path: str | os.PathLike, header: Header | None = None, progress=None) -> int:
+    """Recompute every chunk's crc32; raise `FormatError` naming the first bad chunk. Returns bytes checked.
+
+    `progress`, if given, is called with the number of bytes checked after each chunk.
+    """
+    path = Path(path)
+    header = header or read_header(path)
+    if header.checksum_algorithm != "crc32":
+        raise FormatError(f"{path}: unknown checksum algorithm {header.checksum_algorithm!r}; re-run gpufeed pack")
+    regions = (("images", header.images_offset, header.images_bytes, header.images_checksums),
+               ("labels", header.labels_offset, header.labels_bytes, header.labels_checksums))
+    checked = 0
+    with open(path, "rb") as handle:
+        for name, offset, length, expected in regions:
+            chunks = (length + header.chunk_bytes - 1) // header.chunk_bytes
+            if len(expected) != chunks:
+                raise FormatError(f"{path}: {len(expected)} {name} checksums for {chunks} chunks; re-run gpufeed pack")
+            handle.seek(offset)
+            for index, value in enumerate(expected):
+                data = handle.read(min(header.chunk_bytes, length - index * header.chunk_bytes))
+                if zlib.crc32(data) != value:
+                    start = offset + index * header.chunk_bytes
+                    raise FormatError(f"{path}: checksum mismatch in {name} chunk {index} (bytes {start}.."
+                                      f"{start + len(data)}); the file is corrupt: re-run gpufeed pack")
+                checked += len(data)
+                if progress is not None:
+                    progress(checked)
+    return checked

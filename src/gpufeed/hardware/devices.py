@@ -1,0 +1,47 @@
+"""Turn a device name from the user ('auto', 'cpu', 'cuda', 'cuda:1', 'mps') into a `torch.device` that exists."""
+
+from __future__ import annotations
+
+import torch
+
+from gpufeed.errors import DeviceUnavailable
+
+DEVICE_CHOICES = "auto, cpu, cuda, cuda:N, mps"
+
+
+def _mps_available() -> bool:
+    backend = getattr(torch.backends, "mps", None)
+    return bool(backend is not None and backend.is_available())
+
+
+def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
+    """'auto' picks the first CUDA GPU, then MPS, then the CPU. A device that is not here is an error."""
+    if isinstance(name, torch.device):
+        name = str(name)
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        if _mps_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise DeviceUnavailable(f"unknown device {name!r}; choose one of {DEVICE_CHOICES}") from None
+    if device.type == "cpu":
+        return device
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailable(f"device {name!r} asked for, but this machine has no CUDA GPU that torch "
+                                    f"can use (torch {torch.__version__}); use --device cpu")
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index >= torch.cuda.device_count():
+            raise DeviceUnavailable(f"device {name!r} asked for, but only {torch.cuda.device_count()} CUDA GPU(s) "
+                                    f"are visible; use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+        return torch.device("cuda", index)
+    if device.type == "mps":
+        if not _mps_available():
+            raise DeviceUnavailable("device 'mps' asked for, but MPS is not available here; use --device cpu")
+        return device
+    raise DeviceUnavailable(f"device type {device.type!r} is not supported; choose one of {DEVICE_CHOICES}")

@@ -1,0 +1,67 @@
+"""Batch crop + flip + normalise against a per-sample numpy reference given the same random draws."""
+
+import numpy as np
+import pytest
+import torch
+
+from gpufeed.data import augment
+from gpufeed.errors import ConfigError
+
+
+def reference_crop_flip(image: np.ndarray, row_offset: int, column_offset: int, flip: int, padding: int):
+    """Per sample, the textbook way: reflect-pad, crop at (padding + offset), then mirror left-right."""
+    padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)), mode="reflect")
+    height, width = image.shape[:2]
+    top, left = padding + row_offset, padding + column_offset
+    crop = padded[top:top + height, left:left + width]
+    return crop[:, ::-1] if flip else crop
+
+
+@pytest.mark.parametrize("shape", [(8, 32, 32, 3), (5, 7, 9, 1), (3, 6, 6, 4)])
+def test_crop_flip_equals_numpy_reference(shape):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, shape, dtype=np.uint8)
+    plan = augment.parse_augment("crop+flip", padding=4)
+    draws = augment.draw(plan, shape[0], seed=1, epoch=2, rank=0, batch_index=3)
+    assert draws[:2].min() >= -4 and draws[:2].max() <= 4 and set(np.unique(draws[2])) <= {0, 1}
+    ours = augment.crop_flip(torch.from_numpy(images), torch.from_numpy(draws)).numpy()
+    for i in range(shape[0]):
+        expected = reference_crop_flip(images[i], draws[0, i], draws[1, i], draws[2, i], padding=4)
+        assert np.array_equal(ours[i], expected), f"sample {i} with draws {draws[:, i]}"
+
+
+def test_draws_cover_the_range_and_depend_on_the_batch_index():
+    plan = augment.parse_augment("crop+flip")
+    first = augment.draw(plan, 4096, seed=0, epoch=0, rank=0, batch_index=0)
+    assert set(np.unique(first[0])) == set(range(-4, 5))
+    assert 0.45 < first[2].mean() < 0.55
+    assert np.array_equal(first, augment.draw(plan, 4096, 0, 0, 0, 0))
+    assert not np.array_equal(first, augment.draw(plan, 4096, 0, 0, 0, 1))
+
+
+def test_flip_only_and_crop_only():
+    flip_only = augment.draw(augment.parse_augment("flip"), 64, 0, 0, 0, 0)
+    crop_only = augment.draw(augment.parse_augment("crop"), 64, 0, 0, 0, 0)
+    assert not flip_only[:2].any() and flip_only[2].any()
+    assert crop_only[:2].any() and not crop_only[2].any()
+
+
+def test_to_float_normalises_in_float64_reference():
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (4, 5, 6, 3), dtype=np.uint8)
+    mean = np.array([120.0, 110.5, 100.25])
+    std = np.array([60.0, 55.0, 70.0])
+    out = augment.to_float(torch.from_numpy(images), torch.float32,
+                           torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1),
+                           torch.tensor(1 / std, dtype=torch.float32).view(1, 3, 1, 1), channels_last=False)
+    expected = (images.astype(np.float64) - mean) / std
+    assert out.shape == (4, 3, 5, 6) and out.is_contiguous()
+    np.testing.assert_allclose(out.numpy(), expected.transpose(0, 3, 1, 2), rtol=1e-6, atol=1e-5)
+    plain = augment.to_float(torch.from_numpy(images), torch.float32, None, None, channels_last=True)
+    assert plain.is_contiguous(memory_format=torch.channels_last)
+    np.testing.assert_allclose(plain.numpy(), images.transpose(0, 3, 1, 2) / 255.0, rtol=1e-6)
+
+
+def test_unknown_augment_names_the_choices():
+    with pytest.raises(ConfigError, match="crop\\+flip"):
+        augment.parse_augment("rotate")
