@@ -9,8 +9,8 @@ from gpufeed.errors import ConfigError
 
 
 def reference_crop_flip(image: np.ndarray, row_offset: int, column_offset: int, flip: int, padding: int):
-    """Per sample, the textbook way: reflect-pad, crop at (padding + offset), then mirror left-right."""
-    padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)), mode="reflect")
+    """Per sample, the textbook way: zero-pad, crop at (padding + offset), then mirror left-right."""
+    padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)))
     height, width = image.shape[:2]
     top, left = padding + row_offset, padding + column_offset
     crop = padded[top:top + height, left:left + width]
@@ -24,7 +24,7 @@ def test_crop_flip_equals_numpy_reference(shape):
     plan = augment.parse_augment("crop+flip", padding=4)
     draws = augment.draw(plan, shape[0], seed=1, epoch=2, rank=0, batch_index=3)
     assert draws[:2].min() >= -4 and draws[:2].max() <= 4 and set(np.unique(draws[2])) <= {0, 1}
-    ours = augment.crop_flip(torch.from_numpy(images), torch.from_numpy(draws)).numpy()
+    ours = augment.crop_flip(torch.from_numpy(images), torch.from_numpy(draws), padding=4).numpy()
     for i in range(shape[0]):
         expected = reference_crop_flip(images[i], draws[0, i], draws[1, i], draws[2, i], padding=4)
         assert np.array_equal(ours[i], expected), f"sample {i} with draws {draws[:, i]}"
@@ -51,15 +51,28 @@ def test_to_float_normalises_in_float64_reference():
     images = rng.integers(0, 256, (4, 5, 6, 3), dtype=np.uint8)
     mean = np.array([120.0, 110.5, 100.25])
     std = np.array([60.0, 55.0, 70.0])
-    out = augment.to_float(torch.from_numpy(images), torch.float32,
-                           torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1),
-                           torch.tensor(1 / std, dtype=torch.float32).view(1, 3, 1, 1), channels_last=False)
     expected = (images.astype(np.float64) - mean) / std
-    assert out.shape == (4, 3, 5, 6) and out.is_contiguous()
-    np.testing.assert_allclose(out.numpy(), expected.transpose(0, 3, 1, 2), rtol=1e-6, atol=1e-5)
+    scale = torch.tensor(1 / std, dtype=torch.float32)
+    shift = torch.tensor(-mean / std, dtype=torch.float32)
+    for channels_last in (False, True):
+        out = augment.to_float(torch.from_numpy(images), torch.float32, scale, shift, channels_last)
+        assert out.shape == (4, 3, 5, 6)
+        assert out.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+        np.testing.assert_allclose(out.numpy(), expected.transpose(0, 3, 1, 2), rtol=1e-6, atol=1e-5)
     plain = augment.to_float(torch.from_numpy(images), torch.float32, None, None, channels_last=True)
     assert plain.is_contiguous(memory_format=torch.channels_last)
     np.testing.assert_allclose(plain.numpy(), images.transpose(0, 3, 1, 2) / 255.0, rtol=1e-6)
+
+
+def test_crop_only_and_flip_only_match_the_reference():
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (16, 8, 8, 3), dtype=np.uint8)
+    for name in ("crop", "flip"):
+        plan = augment.parse_augment(name, padding=2)
+        draws = augment.draw(plan, 16, 0, 0, 0, 0)
+        ours = augment.crop_flip(torch.from_numpy(images), torch.from_numpy(draws), 2, plan.flip).numpy()
+        for i in range(16):
+            assert np.array_equal(ours[i], reference_crop_flip(images[i], *draws[:, i], padding=2))
 
 
 def test_unknown_augment_names_the_choices():

@@ -1,9 +1,9 @@
-"""Batch transforms, on whichever device holds the batch: random crop with reflect padding, horizontal flip,
-conversion to float and per-channel normalisation.
+"""Batch transforms, on whichever device holds the batch: random crop with zero padding (as torchvision's
+`RandomCrop(32, padding=4)` and the classic CIFAR recipe), horizontal flip, conversion to float and
+per-channel normalisation.
 
-The crop and flip stay in uint8 and are one `torch.gather` over the batch: each output pixel's source pixel
-is computed by index arithmetic (crop offset, reflection at the border, flip), so no padded copy is made.
-Conversion to float comes last, fused with the NHWC -> NCHW transpose.
+The crop and flip stay in uint8 and move whole rows, never single pixels (pixel-wise gathers of 3-byte
+pixels ran 10-30x slower on a CPU here); conversion to float comes last, fused with the normalisation.
 
 The random draws of a batch are a pure function of (seed, epoch, rank, batch index), so a resumed run
 augments exactly as an uninterrupted one.
@@ -53,45 +53,53 @@ def draw(plan: CropFlip, batch: int, seed: int, epoch: int, rank: int, batch_ind
     return draws
 
 
-def _reflect(position: torch.Tensor, size: int) -> torch.Tensor:
-    """Reflect out-of-range positions back into 0..size-1 (mirror without repeating the edge)."""
-    if size == 1:
-        return torch.zeros_like(position)
-    period = 2 * (size - 1)
-    position = torch.remainder(position, period)
-    return torch.where(position >= size, period - position, position)
+def crop_flip(images: torch.Tensor, draws: torch.Tensor, padding: int, flip: bool = True) -> torch.Tensor:
+    """Apply the draws to uint8 images (B, H, W, C); returns a new (B, H, W, C) uint8 tensor.
 
-
-def source_index(draws: torch.Tensor, height: int, width: int) -> torch.Tensor:
-    """Flat source pixel (B, H*W) for every output pixel, given draws (3, B) on the batch's device."""
-    row_offset, column_offset, flip = draws[0], draws[1], draws[2].bool()
-    rows = torch.arange(height, device=draws.device)
-    columns = torch.arange(width, device=draws.device)
-    source_rows = _reflect(rows[None, :] + row_offset[:, None], height)  # (B, H)
-    flipped = torch.where(flip[:, None], (width - 1) - columns[None, :], columns[None, :])  # (B, W)
-    source_columns = _reflect(flipped + column_offset[:, None], width)  # (B, W)
-    return (source_rows[:, :, None] * width + source_columns[:, None, :]).reshape(len(flip), height * width)
-
-
-def crop_flip(images: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:
-    """Apply the draws to uint8 images (B, H, W, C); returns a new (B, H, W, C) uint8 tensor."""
+    The batch is placed on a zero canvas with `padding` on each side (and, for flips, beside it a mirrored
+    copy). Every output row is then a contiguous run of W pixels in that canvas, starting at
+    (row + padding + row_offset, padding + column_offset) — mirrored: (padding - column_offset) in the copy —
+    so the whole crop and flip is one `index_select` over overlapping row windows of the flat canvas.
+    """
     batch, height, width, channels = images.shape
-    index = source_index(draws, height, width)  # (B, H*W)
-    index = index[:, :, None].expand(batch, height * width, channels)
-    flat = images.reshape(batch, height * width, channels)
-    return torch.gather(flat, 1, index).view(batch, height, width, channels)
+    canvas_height, canvas_width = height + 2 * padding, width + 2 * padding
+    copies = 2 if flip else 1  # [0] as is, [1] mirrored left-right
+    canvas = images.new_zeros((copies, batch, canvas_height, canvas_width, channels))
+    canvas[0, :, padding:padding + height, padding:padding + width] = images
+    if flip:
+        canvas[1, :, padding:padding + height, padding:padding + width] = images.flip(2)
+    row_offset, column_offset, flipped = draws[0], draws[1], draws[2] if flip else torch.zeros_like(draws[2])
+    column = torch.where(flipped.bool(), padding - column_offset, padding + column_offset)  # (B,)
+    rows = torch.arange(height, device=images.device)[None, :] + padding + row_offset[:, None]  # (B, H)
+    sample = (flipped * batch + torch.arange(batch, device=images.device)) * canvas_height  # (B,)
+    starts = (sample[:, None] + rows) * canvas_width + column[:, None]  # first pixel of each output row (B, H)
+    windows = canvas.view(-1).unfold(0, width * channels, channels)  # every pixel-aligned row window
+    return windows.index_select(0, starts.reshape(-1)).view(batch, height, width, channels)
 
 
-def to_float(images: torch.Tensor, dtype: torch.dtype, mean: torch.Tensor | None, inverse_std: torch.Tensor | None,
+def to_float(images: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | None, shift: torch.Tensor | None,
              channels_last: bool) -> torch.Tensor:
-    """uint8 (B, H, W, C) -> `dtype` (B, C, H, W), normalised: (x - mean) * inverse_std, or x / 255 without mean.
+    """uint8 (B, H, W, C) -> `dtype` (B, C, H, W) as `x * scale + shift` per channel, or x / 255 without scale.
 
-    `mean` and `inverse_std` have shape (1, C, 1, 1) in `dtype` on the images' device.
+    `scale` and `shift` have shape (C,) in `dtype` on the images' device. In channels_last memory the pixels
+    stay interleaved, so the per-channel constants are tiled along a row (W * C values) and the whole batch
+    is one fused multiply-add over contiguous rows.
     """
     batch, height, width, channels = images.shape
     layout = torch.channels_last if channels_last else torch.contiguous_format
     out = torch.empty((batch, channels, height, width), dtype=dtype, device=images.device, memory_format=layout)
+    if channels_last:
+        out.permute(0, 2, 3, 1).copy_(images)  # same memory order: a straight conversion
+        rows = out.permute(0, 2, 3, 1).reshape(batch * height, width * channels)
+        if scale is None:
+            rows.mul_(1.0 / 255.0)
+        else:
+            torch.addcmul(shift.repeat(width), rows, scale.repeat(width), out=rows)
+        return out
     out.copy_(images.permute(0, 3, 1, 2))  # (B, C, H, W)
-    if mean is None:
-        return out.mul_(1.0 / 255.0)
-    return out.sub_(mean).mul_(inverse_std)
+    planes = out.view(batch, channels, height * width)
+    if scale is None:
+        planes.mul_(1.0 / 255.0)
+    else:
+        torch.addcmul(shift.view(1, channels, 1), planes, scale.view(1, channels, 1), out=planes)
+    return out

@@ -34,6 +34,9 @@ def default_workers() -> int:
 class Feed:
     """An iterable of `(images, labels)` batches: images (B, C, H, W) on `device`, labels (B,) int64.
 
+    Images are float32 (or `dtype`), normalised with the dataset's per-channel mean and std (or scaled to
+    0..1 with `normalize=False`), in channels_last memory unless `channels_last=False`.
+
     `len(feed)` is batches per epoch for this rank. An exhausted iteration advances to the next epoch;
     `set_epoch(e)` sets it explicitly. `state_dict()` records the epoch and the next unseen batch, and
     `load_state_dict()` resumes there: the resumed batches equal the ones an uninterrupted run would see.
@@ -64,12 +67,13 @@ class Feed:
         if not self.dtype.is_floating_point:
             raise ConfigError(f"dtype must be a floating type such as torch.float32 or torch.bfloat16, "
                               f"got {self.dtype}")
-        self.channels_last = self.device.type == "cuda" if channels_last is None else bool(channels_last)
+        self.channels_last = True if channels_last is None else bool(channels_last)
         self.normalize = normalize
-        mean = torch.tensor(self.dataset.mean, dtype=torch.float32).view(1, -1, 1, 1)
-        std = torch.tensor(self.dataset.std, dtype=torch.float32).clamp_min(1e-3).view(1, -1, 1, 1)
-        self._mean = mean.to(self.device, self.dtype) if normalize else None
-        self._inverse_std = (1.0 / std).to(self.device, self.dtype) if normalize else None
+        mean = torch.tensor(self.dataset.mean, dtype=torch.float64)
+        std = torch.tensor(self.dataset.std, dtype=torch.float64).clamp_min(1e-3)
+        # x * scale + shift == (x - mean) / std, with the per-channel constants from the packed header
+        self._scale = (1.0 / std).to(self.device, self.dtype) if normalize else None
+        self._shift = (-mean / std).to(self.device, self.dtype) if normalize else None
         self.resident = self._decide_resident(resident)
         self._resident_data: ResidentData | None = None
         self.epoch, self.position = 0, 0
@@ -155,24 +159,25 @@ class Feed:
     def _finish(self, images_uint8: torch.Tensor, draws: torch.Tensor | None) -> torch.Tensor:
         """uint8 (B, H, W, C) on the device -> augmented, normalised float (B, C, H, W)."""
         if draws is not None:
-            images_uint8 = transforms.crop_flip(images_uint8, draws)
-        return transforms.to_float(images_uint8, self.dtype, self._mean, self._inverse_std, self.channels_last)
+            padding = self.plan.padding if self.plan.crop else 0
+            images_uint8 = transforms.crop_flip(images_uint8, draws, padding, self.plan.flip)
+        return transforms.to_float(images_uint8, self.dtype, self._scale, self._shift, self.channels_last)
 
     def _iterate_host(self, order: EpochOrder, epoch: int):
         """CPU device: threads gather, augment and convert; the consumer receives finished batches."""
         stop = threading.Event()
         shape = (self.batch_size, *self.dataset.shape)
-        pool = SlotPool(lambda: np.empty(shape, np.uint8), self.prefetch + self.workers, stop)
-        images, labels = self.dataset.images, self.dataset.labels
+        pool = SlotPool(lambda: torch.empty(shape, dtype=torch.uint8), self.prefetch + self.workers, stop)
+        images, labels = self.dataset.images_tensor(), self.dataset.labels
 
         def prepare(index: int):
             indices = order.batches[index]
             slot = pool.acquire()
             try:
                 batch = slot[: len(indices)]
-                np.take(images, indices, axis=0, out=batch)
+                torch.index_select(images, 0, torch.from_numpy(indices), out=batch)
                 draws = self._draws(epoch, index, len(indices))
-                finished = self._finish(torch.from_numpy(batch), None if draws is None else torch.from_numpy(draws))
+                finished = self._finish(batch, None if draws is None else torch.from_numpy(draws))
             finally:
                 pool.release(slot)
             return finished, torch.from_numpy(labels[indices])
@@ -186,13 +191,13 @@ class Feed:
         stop = threading.Event()
         transfer = DeviceTransfer(self.device, self.batch_size, self.dataset.shape, lookahead=2)
         pool = SlotPool(transfer.make_host_slot, self.prefetch + self.workers + transfer.lookahead + 1, stop)
-        images, labels = self.dataset.images, self.dataset.labels
+        images, labels = self.dataset.images_tensor(), self.dataset.labels
 
         def prepare(index: int):
             indices = order.batches[index]
             slot = pool.acquire()
             size = len(indices)
-            np.take(images, indices, axis=0, out=slot.images_numpy[:size])
+            torch.index_select(images, 0, torch.from_numpy(indices), out=slot.images[:size])
             slot.labels_numpy[:size] = labels[indices]
             draws = self._draws(epoch, index, size)
             slot.draws_numpy[:, :size] = 0 if draws is None else draws

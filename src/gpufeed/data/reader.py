@@ -6,8 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import warnings
+
 import numpy as np
 import psutil
+import torch
 
 from gpufeed.data.format import Header, channel_sums, read_header, verify_checksums
 from gpufeed.errors import ConfigError, FormatError
@@ -39,6 +42,12 @@ class PackedDataset:
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    def images_tensor(self) -> torch.Tensor:
+        """The images as a CPU tensor sharing memory with the array (or the read-only memory map)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # a read-only memory map: we never write to it
+            return torch.from_numpy(self.images)
 
     @property
     def shape(self) -> tuple[int, int, int]:
