@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-
-import warnings
 
 import numpy as np
 import psutil
