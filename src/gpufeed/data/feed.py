@@ -47,15 +47,19 @@ class Feed:
                  normalize: bool = True, dtype: torch.dtype | None = None, prefetch: int = 4,
                  ram_budget_bytes: int | None = None, rank: int = 0, world_size: int = 1,
                  workers: int | None = None, padding: int = 4, resident: bool | str = "auto",
-                 channels_last: bool | None = None, verify: bool = False):
+                 channels_last: bool | None = None, verify: bool = False, indices=None):
         if isinstance(source, PackedDataset):
             self.dataset = source
         else:
             self.dataset = open_packed(source, verify=verify, ram_budget_bytes=ram_budget_bytes)
         self.device = resolve_device(device)
+        self.indices = None if indices is None else np.asarray(indices, dtype=np.int64)
+        if self.indices is not None and (self.indices.ndim != 1 or len(self.indices) == 0
+                                         or self.indices.min() < 0 or self.indices.max() >= len(self.dataset)):
+            raise ConfigError(f"indices must be a non-empty 1-D array of sample numbers in 0..{len(self.dataset) - 1}")
         self.batch_size, self.seed, self.shuffle, self.drop_last = batch_size, int(seed), bool(shuffle), bool(drop_last)
         self.rank, self.world_size = int(rank), int(world_size)
-        check_order_arguments(len(self.dataset), batch_size, self.rank, self.world_size, self.drop_last)
+        check_order_arguments(self.count, batch_size, self.rank, self.world_size, self.drop_last)
         self.plan = transforms.parse_augment(augment, padding)
         if prefetch < 1:
             raise ConfigError(f"prefetch must be at least 1 batch, got {prefetch}")
@@ -93,8 +97,13 @@ class Feed:
         return bool(resident)
 
     # -- order and state ---------------------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Samples this feed draws from: the dataset, or the `indices` subset of it."""
+        return len(self.dataset) if self.indices is None else len(self.indices)
+
     def __len__(self) -> int:
-        return batches_per_epoch(len(self.dataset), self.batch_size, self.world_size, self.drop_last)
+        return batches_per_epoch(self.count, self.batch_size, self.world_size, self.drop_last)
 
     @property
     def num_classes(self) -> int:
@@ -111,12 +120,15 @@ class Feed:
             self.epoch, self.position = int(epoch), 0
 
     def order(self, epoch: int | None = None) -> EpochOrder:
-        return epoch_order(len(self.dataset), self.batch_size, self.seed, self.epoch if epoch is None else epoch,
-                           self.rank, self.world_size, self.shuffle, self.drop_last)
+        order = epoch_order(self.count, self.batch_size, self.seed, self.epoch if epoch is None else epoch,
+                            self.rank, self.world_size, self.shuffle, self.drop_last)
+        if self.indices is None:
+            return order
+        return EpochOrder(tuple(self.indices[batch] for batch in order.batches), order.dropped, order.repeated)
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "position": self.position, "seed": self.seed, "batch_size": self.batch_size,
-                "world_size": self.world_size, "count": len(self.dataset), "shuffle": self.shuffle,
+                "world_size": self.world_size, "count": self.count, "shuffle": self.shuffle,
                 "drop_last": self.drop_last}
 
     def load_state_dict(self, state: dict) -> None:

@@ -1,0 +1,149 @@
+"""gpufeed train: the command line of the main job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from gpufeed.cli.output import add_json_flag, console, emit_json, error_console
+from gpufeed.errors import ConfigError
+from gpufeed.train.config import TrainConfig
+from gpufeed.train.events import RunStarted, StepLog, TrainResult
+
+EXAMPLES = """examples:
+  gpufeed train                                   # the CNN on the built-in dataset, on the best device here
+  gpufeed train --model mlp --hidden 1024,512,256 --epochs 3
+  gpufeed pack photos/ train.gpuf --size 64 64 && gpufeed train --data train.gpuf --val-fraction 0.1
+  gpufeed train --out runs/a --checkpoint-every 200 ; gpufeed train --out runs/a --resume
+  torchrun --nproc_per_node 4 -m gpufeed train --data train.gpuf --batch-size 256     # 4 GPUs, DDP
+  torchrun --nnodes 2 --node_rank R --nproc_per_node 8 --rdzv_backend c10d \\
+           --rdzv_endpoint HOST0:29500 -m gpufeed train --data train.gpuf          # on each of 2 machines
+"""
+
+
+def _hidden(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--hidden takes sizes like 512,256, got {text!r}") from None
+    if any(size <= 0 for size in sizes):
+        raise argparse.ArgumentTypeError(f"--hidden sizes must be positive, got {text!r}")
+    return sizes
+
+
+def _batch(text: str):
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--batch-size takes a positive integer or 'auto', got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"--batch-size must be positive, got {value}")
+    return value
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("train", help="train an image classifier on a GPU or the CPU",
+                                   description="Train an MLP, a CIFAR-style CNN or a ResNet-18 on a packed dataset "
+                                               "(default: the built-in one), with checkpoints and exact resume.",
+                                   epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default="builtin", help="TRAIN.gpuf, or 'builtin' (default)")
+    parser.add_argument("--val", dest="validation", help="a packed validation set (same shape and classes)")
+    parser.add_argument("--val-fraction", dest="validation_fraction", type=float,
+                        help="hold out this share of --data for validation (default 0.1 without --val)")
+    parser.add_argument("--count", type=int, help="built-in data only: train on this many images (default 50000)")
+    parser.add_argument("--model", default="cnn", help="mlp | cnn | resnet18 (default cnn)")
+    parser.add_argument("--hidden", type=_hidden, default=(512, 256), help="MLP hidden sizes (default 512,256)")
+    parser.add_argument("--width", type=int, help="CNN base width (default: the model's)")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--batch-size", type=_batch, default=256, help="per device, or 'auto' (largest that fits)")
+    parser.add_argument("--lr", dest="learning_rate", type=float, help="peak learning rate (AdamW; default per model)")
+    parser.add_argument("--precision", default="auto", help="auto | fp32 | bf16 | fp16 | fp64")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--workers", type=int, help="staging threads of the feed")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="folder for config.json, metrics.jsonl, model.safetensors, checkpoints")
+    parser.add_argument("--checkpoint-every", dest="checkpoint_every_steps", type=int, default=0,
+                        help="also checkpoint every N steps (always at each epoch end)")
+    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
+    parser.add_argument("--log-every", dest="log_every_steps", type=int, default=20)
+    parser.add_argument("--max-steps", type=int, help="stop after this many steps in all")
+    add_json_flag(parser, "write the summary as JSON to PATH ('-' for standard output)")
+    parser.set_defaults(handler=run)
+
+
+class _Screen:
+    """Turns the run's events into a rich progress bar (quiet when the JSON goes to standard output)."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.out = error_console if quiet else console
+        self.progress: Progress | None = None
+        self.task = None
+
+    def __call__(self, event) -> None:
+        if isinstance(event, RunStarted):
+            self._started(event)
+        elif isinstance(event, StepLog) and self.progress is not None:
+            busy = "" if event.device_busy_fraction is None else f" device busy {event.device_busy_fraction:.0%}"
+            self.progress.update(self.task, completed=event.step, description=(
+                f"epoch {event.epoch} loss {event.loss:.3f} {event.samples_per_s:,.0f} samples/s "
+                f"data wait {event.data_wait_fraction:.0%}{busy}"))
+
+    def _started(self, event: RunStarted) -> None:
+        if not self.quiet:
+            shown = {key: value for key, value in event.config.items() if value not in (None, False)}
+            self.out.print(f"[bold]gpufeed train[/bold] {event.data}: {event.train_samples} train, "
+                           f"{event.validation_samples} validation samples")
+            self.out.print(f"  model {event.config['model']} ({event.parameters:,} parameters) on {event.device}, "
+                           f"{event.precision} ({event.precision_reason}), world size {event.world_size}, "
+                           f"effective batch {event.effective_batch_size}, {event.total_steps} steps")
+            self.out.print(f"  configuration: {json.dumps(shown, default=str)}", soft_wrap=True)
+        for skipped in event.skipped_checkpoints:
+            error_console.print(f"warning: skipped checkpoint {skipped}")
+        if event.resumed_from:
+            self.out.print(f"  resumed from {event.resumed_from}")
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
+                                 TimeRemainingColumn(), console=self.out, transient=False)
+        self.task = self.progress.add_task("starting", total=event.total_steps)
+        self.progress.start()
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _summary(result: TrainResult) -> None:
+    busy = "n/a (CPU)" if result.device_busy_fraction is None else f"{result.device_busy_fraction:.1%}"
+    console.print(f"[bold]done[/bold]: validation accuracy {result.test_accuracy:.2%} (loss {result.test_loss:.3f}) "
+                  f"after {result.steps} steps, {result.seconds:.1f} s")
+    console.print(f"  throughput {result.samples_per_s:,.0f} samples/s, data wait {result.data_wait_fraction:.1%}, "
+                  f"device busy {busy}, peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
+    console.print(f"  verdict: {result.verdict}")
+    if result.out:
+        console.print(f"  files in {result.out}: config.json, metrics.jsonl, model.safetensors, checkpoints/")
+
+
+def run(args) -> int:
+    from gpufeed.train.loop import train  # torch and the models load only when training
+
+    options = {key: value for key, value in vars(args).items() if key not in ("handler", "command", "json")}
+    if options["workers"] is not None and options["workers"] < 1:
+        raise ConfigError(f"--workers must be at least 1, got {options['workers']}")
+    config = TrainConfig.from_dict(options)
+    screen = _Screen(quiet=args.json == "-")
+    try:
+        result = train(config, on_event=screen)
+    finally:
+        screen.close()
+    if result is None:  # a non-zero rank under torchrun
+        return 0
+    if args.json != "-":
+        _summary(result)
+    emit_json(result, args.json)
+    return 0

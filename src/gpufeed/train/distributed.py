@@ -1,0 +1,96 @@
+"""Data parallelism through torchrun and PyTorch DDP: we read torchrun's environment, DDP does the work.
+
+    torchrun --nproc_per_node 4 -m gpufeed train ...                       # one machine, 4 GPUs
+    torchrun --nnodes 2 --node_rank 0 --nproc_per_node 8 \\
+             --rdzv_backend c10d --rdzv_endpoint HOST0:29500 -m gpufeed train ...   # on each of 2 machines
+
+Each rank reads its own shard through `Feed(rank, world_size)`; only rank 0 prints and writes files.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from gpufeed.errors import ConfigError
+from gpufeed.hardware.devices import resolve_device
+
+
+@dataclass(frozen=True)
+class DistributedContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    device: torch.device
+    backend: str | None  # None when running as one process
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def active(self) -> bool:
+        return self.backend is not None
+
+
+def _environment_int(name: str, default: int) -> int:
+    value = os.environ.get(name, str(default))
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={value!r} is not an integer; launch with torchrun") from None
+
+
+def setup(device_name: str = "auto", timeout_s: float = 600.0) -> DistributedContext:
+    """One process, or one rank of a torchrun job (WORLD_SIZE > 1): NCCL on CUDA GPUs, gloo on CPUs."""
+    world_size = _environment_int("WORLD_SIZE", 1)
+    if world_size <= 1:
+        return DistributedContext(0, 0, 1, resolve_device(device_name), None)
+    rank, local_rank = _environment_int("RANK", 0), _environment_int("LOCAL_RANK", 0)
+    device = resolve_device(device_name)
+    if device.type == "cuda":
+        device = resolve_device(f"cuda:{local_rank}")
+        torch.cuda.set_device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return DistributedContext(rank, local_rank, world_size, device, backend)
+
+
+def teardown(context: DistributedContext) -> None:
+    if context.active and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(context: DistributedContext, values: list[float]) -> list[float]:
+    """Sum a few numbers across ranks (float64); identity for one process."""
+    if not context.active:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=context.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()
+
+
+def all_reduce_max(context: DistributedContext, values: list[float]) -> list[float]:
+    if not context.active:
+        return list(values)
+    tensor = torch.tensor(values, dtype=torch.float64, device=context.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
+def barrier(context: DistributedContext) -> None:
+    if context.active:
+        dist.barrier()
+
+
+def wrap(model: torch.nn.Module, context: DistributedContext) -> torch.nn.Module:
+    """DistributedDataParallel over the model when there are several ranks; the model itself otherwise."""
+    if not context.active:
+        return model
+    device_ids = [context.device.index] if context.device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids)

@@ -1,0 +1,98 @@
+"""What a training run reports: at the start, every log interval, and at the end. Plain frozen dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+import resource
+import sys
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    config: dict
+    device: str
+    precision: str
+    precision_reason: str
+    parameters: int
+    data: str
+    train_samples: int
+    validation_samples: int
+    world_size: int
+    effective_batch_size: int
+    total_steps: int
+    resumed_from: str | None
+    skipped_checkpoints: list
+
+
+@dataclass(frozen=True)
+class StepLog:
+    """One log interval. Fractions are of the interval's wall time; samples are summed over ranks."""
+
+    epoch: int
+    step: int
+    total_steps: int
+    loss: float
+    samples_per_s: float
+    data_wait_fraction: float
+    device_busy_fraction: float | None  # CUDA events; None off CUDA
+    learning_rate: float
+    seconds: float  # since the start of the loop
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    test_accuracy: float
+    test_loss: float
+    epochs: int
+    steps: int
+    steps_this_run: int
+    samples_per_s: float
+    data_wait_fraction: float
+    device_busy_fraction: float | None
+    peak_memory_bytes: int
+    device: str
+    precision: str
+    world_size: int
+    batch_size: int
+    effective_batch_size: int
+    learning_rate: float
+    seconds: float
+    model: str
+    parameters: int
+    resumed_from: str | None
+    out: str | None
+    config: dict
+    verdict: str
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    """Peak allocated device memory on CUDA; on the CPU the process's peak resident set (ru_maxrss)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # bytes on macOS, KiB on Linux
+
+
+def verdict(result: TrainResult) -> str:
+    """One sentence a person understands, from the measured shares."""
+    wait = result.data_wait_fraction
+    if result.device_busy_fraction is not None:
+        busy = result.device_busy_fraction
+        if busy >= 0.9:
+            return f"the GPU was busy {busy:.0%} of the time: the input pipeline keeps up"
+        if wait >= 0.1:
+            return (f"the GPU was busy only {busy:.0%} of the time and the loop waited for data {wait:.0%}: the input "
+                    f"pipeline is the bottleneck; try more --workers or run gpufeed doctor")
+        return (f"the GPU was busy only {busy:.0%} of the time, not for lack of data (waited {wait:.0%}): time goes "
+                f"to Python, launches or synchronisation; run gpufeed doctor")
+    if wait < 0.05:
+        return (f"training waited for data {wait:.0%} of the time: the feed keeps up, and the CPU's arithmetic is "
+                f"the limit; a GPU would be the next step")
+    return (f"training waited for data {wait:.0%} of the time: on this CPU the feed competes with the model for "
+            f"cores; try --workers 1, or run gpufeed doctor")

@@ -1,0 +1,98 @@
+"""Where training and validation samples come from: a packed file, or the built-in dataset (packed once into a
+cache folder, then memory-mapped like any other), and a held-out validation share when no --val is given."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from gpufeed.data import builtin
+from gpufeed.data.format import read_header
+from gpufeed.data.reader import PackedDataset, dataset_from_arrays, open_packed
+from gpufeed.errors import ConfigError, FormatError
+
+DEFAULT_VALIDATION_FRACTION = 0.1
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    train: PackedDataset
+    train_indices: np.ndarray | None  # a subset of `train`, when validation is held out of it
+    validation: PackedDataset
+    validation_indices: np.ndarray | None
+    description: str
+
+
+def cache_folder() -> Path:
+    """$GPUFEED_CACHE, else $XDG_CACHE_HOME/gpufeed, else ~/.cache/gpufeed."""
+    if os.environ.get("GPUFEED_CACHE"):
+        return Path(os.environ["GPUFEED_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gpufeed"
+
+
+def open_builtin(split: str, count: int, seed: int = 0) -> PackedDataset:
+    """The built-in split, packed once into the cache folder; made in memory if the cache cannot be written."""
+    from gpufeed.data.pack import pack_builtin  # the packer pulls in image decoding; only needed here
+
+    path = cache_folder() / f"builtin-{split}-{count}-seed{seed}-v1.gpuf"
+    try:
+        read_header(path)
+        return open_packed(path)
+    except FormatError:
+        pass  # not there yet, or damaged: pack it (again)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pack_builtin(path, count=count, split=split, seed=seed)
+        return open_packed(path)
+    except OSError:
+        images, labels = builtin.make_builtin(count, split, seed)
+        return dataset_from_arrays(images, labels, builtin.CLASSES)
+
+
+def _split(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if not 0 < fraction < 1:
+        raise ConfigError(f"--val-fraction must be between 0 and 1, got {fraction}")
+    held = int(round(count * fraction))
+    if held < 1 or held >= count:
+        raise ConfigError(f"--val-fraction {fraction} of {count} samples leaves an empty side; change the fraction")
+    order = np.random.default_rng([seed, 0x7A1]).permutation(count)
+    return np.sort(order[held:]), np.sort(order[:held])
+
+
+def _check_compatible(train: PackedDataset, validation: PackedDataset, where: str) -> None:
+    if validation.shape != train.shape:
+        raise ConfigError(f"validation data {where} has images of shape {validation.shape}, training data "
+                          f"{train.shape}; pack both with the same --size and --channels")
+    if len(validation.classes) != len(train.classes):
+        raise ConfigError(f"validation data {where} has {len(validation.classes)} classes, training data "
+                          f"{len(train.classes)}; pack both from folders with the same class subfolders")
+
+
+def open_training_data(data: str, validation: str | None = None, validation_fraction: float | None = None,
+                       seed: int = 0, count: int | None = None) -> TrainingData:
+    """Resolve --data, --val, --val-fraction (and --count for the built-in set)."""
+    if validation is not None and validation_fraction is not None:
+        raise ConfigError("give either --val or --val-fraction, not both")
+    if data == "builtin":
+        train_count = count or builtin.DEFAULT_TRAIN_COUNT
+        train = open_builtin("train", train_count)
+        if validation is None and validation_fraction is None:
+            test_count = max(100, train_count // 5) if count else builtin.DEFAULT_TEST_COUNT
+            held = open_builtin("test", test_count)
+            return TrainingData(train, None, held, None, f"built-in: {train_count} train, {test_count} test images")
+    else:
+        if count is not None:
+            raise ConfigError("--count applies to the built-in dataset only; pack a subset to train on fewer")
+        train = open_packed(data)
+    if validation is not None:
+        held = open_packed(validation)
+        _check_compatible(train, held, validation)
+        return TrainingData(train, None, held, None, f"{data} ({len(train)}), validation {validation} ({len(held)})")
+    fraction = DEFAULT_VALIDATION_FRACTION if validation_fraction is None else validation_fraction
+    train_indices, held_indices = _split(len(train), fraction, seed)
+    return TrainingData(train, train_indices, train, held_indices,
+                        f"{data}: {len(train_indices)} train, {len(held_indices)} held out ({fraction:.0%})")

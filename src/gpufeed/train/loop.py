@@ -1,0 +1,271 @@
+"""`train(config)`: the main job. Feed -> model -> optimizer, with checkpoints, exact resume and DDP.
+
+The loop itself is `_run_epochs`; everything before it resolves the run (data, model, precision, batch
+size, resume state) so that the loop reads in one sitting.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from gpufeed.data.feed import Feed
+from gpufeed.errors import RunFailed
+from gpufeed.measure.timers import DeviceBusyTimer, Stopwatch
+from gpufeed.train import distributed
+from gpufeed.train.checkpoint import capture_rng, find_latest, restore_rng, save_checkpoint
+from gpufeed.train.config import TrainConfig
+from gpufeed.train.events import RunStarted, StepLog, TrainResult, peak_memory_bytes, verdict
+from gpufeed.train.inputs import open_training_data
+from gpufeed.train.models import build_model, parameter_count
+from gpufeed.train.outputs import RunFiles
+from gpufeed.train.setup import choose_batch_size, choose_precision
+
+
+def learning_rate_at(step: int, total_steps: int, peak: float, warmup_fraction: float) -> float:
+    """Linear warm-up to `peak`, then linear decay to zero at `total_steps` (a pure function of the step)."""
+    warmup = max(1, int(total_steps * warmup_fraction))
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+
+@dataclass
+class _Run:
+    """Everything the loop needs, resolved."""
+
+    config: TrainConfig
+    context: distributed.DistributedContext
+    model: torch.nn.Module  # the module itself (for state dicts and evaluation)
+    trained: torch.nn.Module  # what the loop calls: the model, compiled and/or wrapped in DDP
+    optimizer: torch.optim.Optimizer
+    scaler: torch.amp.GradScaler | None
+    precision: object
+    feed: Feed
+    validation: Feed
+    total_steps: int
+    files: RunFiles | None
+    step: int = 0
+    resumed_from: str | None = None
+    skipped_checkpoints: list = field(default_factory=list)
+
+
+def train(config: TrainConfig, on_event: Callable[[object], None] | None = None) -> TrainResult:
+    """Run one training job; `on_event` receives RunStarted and StepLog records (rank 0 only)."""
+    context = distributed.setup(config.device)
+    notify = on_event if (on_event is not None and context.is_main) else (lambda event: None)
+    try:
+        run = _prepare(config, context)
+        notify(RunStarted(config=run.config.to_dict(), device=str(context.device), precision=run.precision.name,
+                          precision_reason=run.precision.reason, parameters=parameter_count(run.model),
+                          data=run.feed.dataset.path and str(run.feed.dataset.path) or config.data,
+                          train_samples=run.feed.count, validation_samples=run.validation.count,
+                          world_size=context.world_size, effective_batch_size=run.feed.batch_size * context.world_size,
+                          total_steps=run.total_steps, resumed_from=run.resumed_from,
+                          skipped_checkpoints=[f"{path}: {reason}" for path, reason in run.skipped_checkpoints]))
+        return _train_and_evaluate(run, notify)
+    finally:
+        distributed.teardown(context)
+
+
+def _prepare(config: TrainConfig, context: distributed.DistributedContext) -> _Run:
+    device = context.device
+    torch.manual_seed(config.seed)
+    data = open_training_data(config.data, config.validation, config.validation_fraction, config.seed, config.count)
+    saved, saved_path, skipped = (None, None, [])
+    if config.resume:
+        saved, saved_path, skipped = find_latest(Path(config.out) / "checkpoints")
+    if saved is not None:  # what `auto` chose before is what the resumed run must use
+        config = replace(config, batch_size=saved["config"]["batch_size"], precision=saved["config"]["precision"])
+    sample_shape = (data.train.shape[2], data.train.shape[0], data.train.shape[1])
+    classes = len(data.train.classes)
+    model = build_model(config.model, sample_shape, classes, config.hidden, config.width)
+    precision = choose_precision(config.precision, model, device, sample_shape, classes)
+    model = model.to(device=device, dtype=precision.parameter_dtype, memory_format=torch.channels_last)
+    batch_size = choose_batch_size(config.batch_size, model, precision, device, sample_shape, classes,
+                                   limit=len(data.train_indices if data.train_indices is not None else data.train)
+                                   // context.world_size)
+    config = replace(config, batch_size=batch_size, precision=precision.name)
+    common = dict(device=device, dtype=precision.input_dtype, rank=context.rank, world_size=context.world_size,
+                  workers=config.workers)
+    feed = Feed(data.train, batch_size, seed=config.seed, indices=data.train_indices, **common)
+    validation = Feed(data.validation, batch_size, shuffle=False, augment=None, drop_last=False,
+                      indices=data.validation_indices, **common)
+    total_steps = config.epochs * len(feed)
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_learning_rate, weight_decay=config.weight_decay)
+    trained = torch.compile(model) if config.compile else model
+    trained = distributed.wrap(trained, context)
+    files = RunFiles(Path(config.out)) if (config.out and context.is_main) else None
+    run = _Run(config, context, model, trained, optimizer, precision.scaler(device), precision, feed, validation,
+               total_steps, files, skipped_checkpoints=skipped)
+    if saved is not None:
+        _restore(run, saved)
+        run.resumed_from = str(saved_path)
+    if files is not None:
+        files.write_config(config.to_dict() | {"device": str(device), "precision_reason": precision.reason,
+                                              "world_size": context.world_size})
+    return run
+
+
+def _restore(run: _Run, state: dict) -> None:
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    if run.scaler is not None and state.get("scaler"):
+        run.scaler.load_state_dict(state["scaler"])
+    run.feed.load_state_dict(state["feed"])
+    restore_rng(state["rng"])
+    run.step = int(state["step"])
+
+
+def _checkpoint(run: _Run) -> None:
+    if run.files is None:
+        distributed.barrier(run.context)
+        return
+    config = run.config.to_dict()
+    config["hidden"] = list(config["hidden"])
+    state = {"format": 1, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
+             "scaler": run.scaler.state_dict() if run.scaler is not None else None, "rng": capture_rng(),
+             "feed": run.feed.state_dict(), "step": run.step, "epoch": run.feed.epoch, "config": config}
+    save_checkpoint(run.files.checkpoints, run.step, state)
+    distributed.barrier(run.context)
+
+
+def _train_step(run: _Run, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    for group in run.optimizer.param_groups:
+        group["lr"] = learning_rate_at(run.step, run.total_steps, run.config.peak_learning_rate,
+                                       run.config.warmup_fraction)
+    with run.precision.autocast(run.context.device):
+        logits = run.trained(images)  # (B, classes)
+        loss = F.cross_entropy(logits, labels, label_smoothing=run.config.label_smoothing)
+    run.optimizer.zero_grad(set_to_none=True)
+    if run.scaler is not None:
+        run.scaler.scale(loss).backward()
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+    else:
+        loss.backward()
+        run.optimizer.step()
+    return loss.detach()
+
+
+class _Interval:
+    """Sums over one log interval: seconds, waits, device time, loss."""
+
+    def __init__(self, device: torch.device):
+        self.started = time.perf_counter()
+        self.wait = Stopwatch()
+        self.busy = DeviceBusyTimer(device)
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        self.samples = 0
+        self.steps = 0
+
+
+def _log(run: _Run, interval: _Interval, totals: dict, notify) -> _Interval:
+    seconds = time.perf_counter() - interval.started
+    loss = interval.loss_sum.item() / max(1, interval.steps)
+    if not math.isfinite(loss):
+        raise RunFailed(f"the loss became {loss} by step {run.step} (checked every {run.config.log_every_steps} "
+                        f"steps); lower --lr, or train in --precision fp32")
+    wait_s, busy_s = interval.wait.take(), interval.busy.collect()
+    samples = interval.samples * run.context.world_size
+    totals["seconds"] += seconds
+    totals["wait_s"] += wait_s
+    totals["samples"] += samples
+    if busy_s is not None:
+        totals["busy_s"] = totals.get("busy_s", 0.0) + busy_s
+    record = StepLog(epoch=run.feed.epoch, step=run.step, total_steps=run.total_steps, loss=loss,
+                     samples_per_s=samples / seconds, data_wait_fraction=wait_s / seconds,
+                     device_busy_fraction=None if busy_s is None else min(1.0, busy_s / seconds),
+                     learning_rate=run.optimizer.param_groups[0]["lr"], seconds=totals["seconds"])
+    if run.files is not None:
+        run.files.append_metrics(record)
+    notify(record)
+    return _Interval(run.context.device)
+
+
+def _run_epochs(run: _Run, notify) -> dict:
+    config, device = run.config, run.context.device
+    totals = {"seconds": 0.0, "wait_s": 0.0, "samples": 0}
+    interval = _Interval(device)
+    check_every_step = device.type == "cpu"  # reading the loss costs nothing there
+    while run.step < run.total_steps:
+        run.feed.set_epoch(run.feed.epoch)
+        batches = iter(run.feed)
+        while run.step < run.total_steps:
+            with interval.wait:
+                batch = next(batches, None)
+            if batch is None:
+                break
+            interval.busy.start()
+            loss = _train_step(run, *batch)
+            interval.busy.stop()
+            run.step += 1
+            interval.loss_sum += loss
+            interval.samples += len(batch[1])
+            interval.steps += 1
+            if check_every_step and not math.isfinite(loss.item()):
+                raise RunFailed(f"the loss became {loss.item()} at step {run.step}; lower --lr, or train in "
+                                f"--precision fp32")
+            if run.step % config.log_every_steps == 0:
+                interval = _log(run, interval, totals, notify)
+            if config.checkpoint_every_steps and run.step % config.checkpoint_every_steps == 0:
+                _checkpoint(run)
+        batches.close()
+        if interval.steps:
+            interval = _log(run, interval, totals, notify)
+        _checkpoint(run)
+    return totals
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, feed: Feed, precision, context: distributed.DistributedContext) -> tuple:
+    """(accuracy, mean loss) over the feed, summed across ranks."""
+    model.eval()
+    correct = torch.zeros((), dtype=torch.float64, device=context.device)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
+    count = 0
+    for images, labels in feed:
+        with precision.autocast(context.device):
+            logits = model(images)  # (B, classes)
+        correct += (logits.argmax(dim=1) == labels).sum()
+        loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
+        count += len(labels)
+    model.train()
+    correct_total, loss_total, count_total = distributed.all_reduce_sum(context, [correct.item(), loss_sum.item(),
+                                                                                  float(count)])
+    return correct_total / count_total, loss_total / count_total
+
+
+def _train_and_evaluate(run: _Run, notify) -> TrainResult:
+    started = time.perf_counter()
+    start_step = run.step
+    totals = _run_epochs(run, notify)
+    accuracy, loss = evaluate(run.model, run.validation, run.precision, run.context)
+    seconds = time.perf_counter() - started
+    busy = totals.get("busy_s")
+    run_seconds = max(totals["seconds"], 1e-9)
+    result = TrainResult(
+        test_accuracy=accuracy, test_loss=loss, epochs=run.config.epochs, steps=run.step,
+        steps_this_run=run.step - start_step, samples_per_s=totals["samples"] / run_seconds,
+        data_wait_fraction=totals["wait_s"] / run_seconds,
+        device_busy_fraction=None if busy is None else min(1.0, busy / run_seconds),
+        peak_memory_bytes=peak_memory_bytes(run.context.device), device=str(run.context.device),
+        precision=run.precision.name, world_size=run.context.world_size, batch_size=run.feed.batch_size,
+        effective_batch_size=run.feed.batch_size * run.context.world_size,
+        learning_rate=run.config.peak_learning_rate, seconds=seconds, model=run.config.model,
+        parameters=parameter_count(run.model), resumed_from=run.resumed_from, out=run.config.out,
+        config=run.config.to_dict(), verdict="")
+    result = replace(result, verdict=verdict(result))
+    if run.files is not None:
+        run.files.save_model(run.model)
+        run.files.write_summary(json.loads(json.dumps(result.to_dict(), default=str)))
+    return result

@@ -1,0 +1,57 @@
+"""The files of a run in --out DIR: config.json, metrics.jsonl, model.safetensors, summary.json, checkpoints/."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+from gpufeed.atomic import remove_stale_temporaries, temporary_path, write_text_atomic
+from gpufeed.errors import ConfigError, RunFailed
+
+
+class RunFiles:
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        if self.folder.exists() and not self.folder.is_dir():
+            raise ConfigError(f"--out {folder} is a file; give a folder")
+        try:
+            self.checkpoints.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ConfigError(f"cannot create --out folder {folder}: {error.strerror}") from None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.folder / "checkpoints"
+
+    def write_config(self, config: dict) -> None:
+        write_text_atomic(self.folder / "config.json", json.dumps(config, indent=2, default=str) + "\n")
+
+    def append_metrics(self, record) -> None:
+        """One JSON line per log interval; a resumed run appends to the same file."""
+        with open(self.folder / "metrics.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(dataclasses.asdict(record)) + "\n")
+
+    def write_summary(self, summary: dict) -> None:
+        write_text_atomic(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
+
+    def save_model(self, model: torch.nn.Module) -> Path:
+        """Final weights as safetensors, written to a temporary file and renamed."""
+        destination = self.folder / "model.safetensors"
+        remove_stale_temporaries(destination)
+        temporary = temporary_path(destination)
+        tensors = {name: value.detach().contiguous().cpu() for name, value in model.state_dict().items()}
+        try:
+            save_file(tensors, str(temporary), metadata={"format": "pt", "producer": "gpufeed"})
+            with open(temporary, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temporary, destination)
+        except OSError as error:
+            temporary.unlink(missing_ok=True)
+            raise RunFailed(f"could not write {destination}: {error.strerror}; "
+                            f"free disk space or change --out") from None
+        return destination
