@@ -22,7 +22,7 @@ def test_crop_flip_equals_numpy_reference(shape):
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, shape, dtype=np.uint8)
     plan = augment.parse_augment("crop+flip", padding=4)
-    draws = augment.draw(plan, shape[0], seed=1, epoch=2, rank=0, batch_index=3)
+    draws = augment.draw(plan, shape[0], seed=1, epoch=2, batch_index=3)
     assert draws[:2].min() >= -4 and draws[:2].max() <= 4 and set(np.unique(draws[2])) <= {0, 1}
     ours = augment.crop_flip(torch.from_numpy(images), torch.from_numpy(draws), padding=4).numpy()
     for i in range(shape[0]):
@@ -32,16 +32,16 @@ def test_crop_flip_equals_numpy_reference(shape):
 
 def test_draws_cover_the_range_and_depend_on_the_batch_index():
     plan = augment.parse_augment("crop+flip")
-    first = augment.draw(plan, 4096, seed=0, epoch=0, rank=0, batch_index=0)
+    first = augment.draw(plan, 4096, seed=0, epoch=0, batch_index=0)
     assert set(np.unique(first[0])) == set(range(-4, 5))
     assert 0.45 < first[2].mean() < 0.55
-    assert np.array_equal(first, augment.draw(plan, 4096, 0, 0, 0, 0))
-    assert not np.array_equal(first, augment.draw(plan, 4096, 0, 0, 0, 1))
+    assert np.array_equal(first, augment.draw(plan, 4096, 0, 0, 0))
+    assert not np.array_equal(first, augment.draw(plan, 4096, 0, 0, 1))
 
 
 def test_flip_only_and_crop_only():
-    flip_only = augment.draw(augment.parse_augment("flip"), 64, 0, 0, 0, 0)
-    crop_only = augment.draw(augment.parse_augment("crop"), 64, 0, 0, 0, 0)
+    flip_only = augment.draw(augment.parse_augment("flip"), 64, 0, 0, 0)
+    crop_only = augment.draw(augment.parse_augment("crop"), 64, 0, 0, 0)
     assert not flip_only[:2].any() and flip_only[2].any()
     assert crop_only[:2].any() and not crop_only[2].any()
 
@@ -69,7 +69,7 @@ def test_crop_only_and_flip_only_match_the_reference():
     images = rng.integers(0, 256, (16, 8, 8, 3), dtype=np.uint8)
     for name in ("crop", "flip"):
         plan = augment.parse_augment(name, padding=2)
-        draws = augment.draw(plan, 16, 0, 0, 0, 0)
+        draws = augment.draw(plan, 16, 0, 0, 0)
         ours = augment.crop_flip(torch.from_numpy(images), torch.from_numpy(draws), 2, plan.flip).numpy()
         for i in range(16):
             assert np.array_equal(ours[i], reference_crop_flip(images[i], *draws[:, i], padding=2))

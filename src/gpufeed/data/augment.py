@@ -5,8 +5,8 @@ per-channel normalisation.
 The crop and flip stay in uint8 and move whole rows, never single pixels (pixel-wise gathers of 3-byte
 pixels ran 10-30x slower on a CPU here); conversion to float comes last, fused with the normalisation.
 
-The random draws of a batch are a pure function of (seed, epoch, rank, batch index), so a resumed run
-augments exactly as an uninterrupted one.
+The random draws of a step are a pure function of (seed, epoch, batch index), so a resumed run augments
+exactly as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -41,9 +41,13 @@ def parse_augment(augment: str | None, padding: int = 4) -> CropFlip | None:
     return CropFlip(crop="crop" in augment, flip="flip" in augment, padding=padding)
 
 
-def draw(plan: CropFlip, batch: int, seed: int, epoch: int, rank: int, batch_index: int) -> np.ndarray:
-    """Random draws for one batch as int64 (3, batch): row offsets, column offsets, flip flags."""
-    key = np.random.SeedSequence([int(seed), int(epoch), int(rank), int(batch_index), 0xA06])
+def draw(plan: CropFlip, batch: int, seed: int, epoch: int, batch_index: int) -> np.ndarray:
+    """Random draws for one step as int64 (3, batch): row offsets, column offsets, flip flags.
+
+    Drawn for the whole step (all ranks); each rank takes its slice, so `world_size` ranks with batch B
+    augment exactly as one process with batch `world_size * B`.
+    """
+    key = np.random.SeedSequence([int(seed), int(epoch), int(batch_index), 0xA06])
     generator = np.random.Generator(np.random.PCG64(key))
     draws = np.zeros((3, batch), np.int64)
     if plan.crop and plan.padding:

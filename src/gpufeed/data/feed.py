@@ -166,7 +166,9 @@ class Feed:
     def _draws(self, epoch: int, index: int, size: int) -> np.ndarray | None:
         if self.plan is None:
             return None
-        return transforms.draw(self.plan, size, self.seed, epoch, self.rank, index)
+        step = transforms.draw(self.plan, self.batch_size * self.world_size, self.seed, epoch, index)
+        start = self.rank * self.batch_size  # this rank's slice of the step, as in the order
+        return np.ascontiguousarray(step[:, start:start + size])
 
     def _finish(self, images_uint8: torch.Tensor, draws: torch.Tensor | None) -> torch.Tensor:
         """uint8 (B, H, W, C) on the device -> augmented, normalised float (B, C, H, W)."""
