@@ -128,8 +128,8 @@ def channel_sums(images: np.ndarray, slice_bytes: int = 16 * 1024 * 1024) -> tup
         total += piece.sum(axis=0, dtype=np.uint64)
         wide = piece.astype(np.uint16)
         squares += np.multiply(wide, wide).sum(axis=0, dtype=np.uint64)  # 255**2 fits in 16 bits
-    fold = (lambda values: values.reshape(-1, channels).sum(axis=0).astype(np.float64))
-    return fold(total), fold(squares)
+    total = total.reshape(-1, channels).sum(axis=0).astype(np.float64)
+    return total, squares.reshape(-1, channels).sum(axis=0).astype(np.float64)
 
 
 def _header_room(max_count: int, shape: tuple[int, int, int], classes: tuple[str, ...]) -> int:
