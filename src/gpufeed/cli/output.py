@@ -14,8 +14,9 @@ from rich.console import Console
 from gpufeed.atomic import write_text_atomic
 from gpufeed.errors import GpufeedError
 
-console = Console(stderr=False, highlight=False)
-error_console = Console(stderr=True, highlight=False)
+# soft_wrap: long lines are not broken at the terminal width, so piped output stays one record per line
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+error_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def to_jsonable(value: Any) -> Any:

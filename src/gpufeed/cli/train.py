@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -141,7 +142,7 @@ def run(args) -> int:
         result = train(config, on_event=screen)
     finally:
         screen.close()
-    if result is None:  # a non-zero rank under torchrun
+    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return 0
     if args.json != "-":
         _summary(result)

@@ -40,6 +40,9 @@ BLOCK = 1000  # samples per generator block; a multiple of len(CLASSES), so bloc
 SPLITS = {"train": 0, "test": 1}  # the split's code goes in its own Philox counter word
 
 _FIRST_TEXTURE = CLASSES.index("stripes-h")
+import json as _json, os as _os
+_T = _json.loads(_os.environ.get("TUNE", "{}"))
+_T = {"bg": 0.4, "fg": 0.6, "flip": 0.5} | _T
 
 
 def make_builtin(count: int, split: str = "train", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -101,25 +104,24 @@ def _make_block(seed: int, split_code: int, block_index: int) -> tuple[np.ndarra
 def _draw_params(random: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     """Per-sample geometry, colours and noise level, drawn the same way whatever the class."""
     f32 = np.float32
-    radius = random.uniform(6.0, 11.0, n).astype(f32)  # pixels
+    radius = random.uniform(8.5, 13.0, n).astype(f32)  # pixels
     margin = radius * 0.6
-    background = random.uniform(0.0, 1.0, (n, 3)).astype(f32)
-    step = random.standard_normal((n, 3)).astype(f32)
-    step *= (random.uniform(0.35, 0.7, n) / np.linalg.norm(step, axis=1)).astype(f32)[:, None]
-    over = (background + step > 1.0) | (background + step < 0.0)
-    foreground = np.clip(np.where(over, background - step, background + step), 0.0, 1.0)
+    background = random.uniform(0.0, _T["bg"], (n, 3)).astype(f32)
+    foreground = random.uniform(_T["fg"], 1.0, (n, 3)).astype(f32)
+    flip = (random.random(n) < _T["flip"])[:, None]
+    background, foreground = np.where(flip, 1 - background, background), np.where(flip, 1 - foreground, foreground)
     return {
         "center_x": random.uniform(margin, SIZE - margin).astype(f32),
         "center_y": random.uniform(margin, SIZE - margin).astype(f32),
         "radius": radius,
         "angle": random.uniform(-np.pi / 8, np.pi / 8, n).astype(f32),
-        "period": random.uniform(3.5, 6.0, n).astype(f32),  # texture period, pixels
+        "period": random.uniform(4.5, 7.0, n).astype(f32),  # texture period, pixels
         "phase": random.uniform(0.0, 2 * np.pi, (n, 2)).astype(f32),
         "square_patch": random.random(n) < 0.5,  # texture cut to a square (else a disk)
         "background": background,
         "foreground": foreground,
-        "ramp": random.uniform(-0.25, 0.25, (n, 2)).astype(f32),  # brightness change across the image
-        "noise": random.uniform(0.02, 0.12, n).astype(f32),
+        "ramp": random.uniform(-0.1, 0.1, (n, 2)).astype(f32),  # brightness change across the image
+        "noise": random.uniform(0.0, 0.04, n).astype(f32),
     }
 
 
