@@ -192,3 +192,27 @@ def test_cuda_batches_match_the_cpu_path(packed, resident):
         assert b.is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(b.float().cpu(), a, atol=1e-5, rtol=1e-5)
         assert torch.equal(la, lb.cpu())
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_transfer_path_on_the_cpu_matches_the_host_path(packed, workers):
+    """The GPU path's staging ring, slot release and transfer loop, run with plain copies on the CPU."""
+    path, _, _ = packed
+    feed = Feed(path, 24, device="cpu", seed=6, workers=workers, prefetch=2)
+    order = feed.order()
+    host = [(images, labels) for _, images, labels in feed._iterate_host(order, 0)]
+    transfer = [(images, labels) for _, images, labels in feed._iterate_transfer(order, 0)]
+    assert len(host) == len(transfer) == len(feed)
+    for (a, la), (b, lb) in zip(host, transfer, strict=True):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_staging_leaves_the_thread_settings_as_it_found_them(packed):
+    path, _, _ = packed
+    before = torch.get_num_threads()
+    list(Feed(path, 32, device="cpu", workers=2))
+    seen = []
+    late = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    late.start()
+    late.join()
+    assert torch.get_num_threads() == before and seen == [before]

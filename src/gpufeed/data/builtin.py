@@ -40,9 +40,6 @@ BLOCK = 1000  # samples per generator block; a multiple of len(CLASSES), so bloc
 SPLITS = {"train": 0, "test": 1}  # the split's code goes in its own Philox counter word
 
 _FIRST_TEXTURE = CLASSES.index("stripes-h")
-import json as _json, os as _os
-_T = _json.loads(_os.environ.get("TUNE", "{}"))
-_T = {"bg": 0.4, "fg": 0.6, "flip": 0.5} | _T
 
 
 def make_builtin(count: int, split: str = "train", seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -106,10 +103,14 @@ def _draw_params(random: np.random.Generator, n: int) -> dict[str, np.ndarray]:
     f32 = np.float32
     radius = random.uniform(8.5, 13.0, n).astype(f32)  # pixels
     margin = radius * 0.6
-    background = random.uniform(0.0, _T["bg"], (n, 3)).astype(f32)
-    foreground = random.uniform(_T["fg"], 1.0, (n, 3)).astype(f32)
-    flip = (random.random(n) < _T["flip"])[:, None]
-    background, foreground = np.where(flip, 1 - background, background), np.where(flip, 1 - foreground, foreground)
+    # a dark background and a light object, each channel drawn on its own (so the hues vary freely) ...
+    background = random.uniform(0.0, 0.4, (n, 3)).astype(f32)
+    foreground = random.uniform(0.6, 1.0, (n, 3)).astype(f32)
+    # ... and for half the samples, at random, the negative: a light background and a dark object. Every object
+    # stands out by at least 0.2 in each channel, but neither polarity nor colour says anything about the class.
+    negative = (random.random(n) < 0.5)[:, None]
+    background = np.where(negative, np.float32(1.0) - background, background)
+    foreground = np.where(negative, np.float32(1.0) - foreground, foreground)
     return {
         "center_x": random.uniform(margin, SIZE - margin).astype(f32),
         "center_y": random.uniform(margin, SIZE - margin).astype(f32),

@@ -205,21 +205,26 @@ class Feed:
         stop = threading.Event()
         transfer = DeviceTransfer(self.device, self.batch_size, self.dataset.shape, lookahead=2)
         pool = SlotPool(transfer.make_host_slot, self.prefetch + self.workers + transfer.lookahead + 1, stop)
-        images, labels = self.dataset.images_tensor(), self.dataset.labels
+        images = self.dataset.images_tensor()
 
         def prepare(index: int):
-            indices = order.batches[index]
             slot = pool.acquire()
-            size = len(indices)
-            torch.index_select(images, 0, torch.from_numpy(indices), out=slot.images[:size])
-            slot.labels_numpy[:size] = labels[indices]
-            draws = self._draws(epoch, index, size)
-            slot.draws_numpy[:, :size] = 0 if draws is None else draws
-            return slot, size
+            return slot, self.stage_batch(images, order, epoch, index, slot)
 
         staging = Staging(prepare, self.position, len(order), self.workers, self.prefetch, stop)
         for index, device_images, device_labels, device_draws in transfer.stream(staging, pool):
             yield index, self._finish(device_images, device_draws if self.plan else None), device_labels
+
+    def stage_batch(self, images: torch.Tensor, order: EpochOrder, epoch: int, index: int, slot) -> int:
+        """The CPU's whole share of the GPU path: gather batch `index` as uint8 into `slot` (a `HostSlot`),
+        with its labels and augmentation draws. Returns the batch's size."""
+        indices = order.batches[index]
+        size = len(indices)
+        torch.index_select(images, 0, torch.from_numpy(indices), out=slot.images[:size])
+        slot.labels_numpy[:size] = self.dataset.labels[indices]
+        draws = self._draws(epoch, index, size)
+        slot.draws_numpy[:, :size] = 0 if draws is None else draws
+        return size
 
     def _iterate_resident(self, order: EpochOrder, epoch: int):
         """The whole dataset is on the device: gather each batch there, no per-step copy of images."""

@@ -7,6 +7,12 @@ thread reaches the consumer as `StagingError` naming the batch; closing stops th
 check a stop flag at every wait), so an abandoned epoch never hangs the process.
 
 `SlotPool` is the ring of reusable staging buffers (pinned on CUDA) that `prepare` fills.
+
+Each staging thread runs its torch operations on one intra-op thread. Batch-sized operations are cheap, and
+letting each staging thread start its own OpenMP team on cores the model is using made every parallel region
+wait for a time slice (a batch of 256 images took 8 ms instead of 0.1 ms here when the other core was busy).
+`torch.set_num_threads` is per thread for OpenMP but also sets the default for threads that have not used
+torch yet, so the consumer's setting is read (and so fixed) first and put back when a staging thread ends.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import torch
 
 from gpufeed.errors import StagingError
 
@@ -57,6 +65,7 @@ class Staging:
         self.workers = max(1, min(workers, max(1, end - first)))
         per_worker = max(1, -(-depth // self.workers))
         self.stop = stop or threading.Event()
+        self._consumer_threads = torch.get_num_threads()  # also fixes the consumer thread's own setting
         self._queues = [queue.Queue(maxsize=per_worker) for _ in range(self.workers)]
         self._threads = [threading.Thread(target=self._work, args=(w,), name=f"{name}-{w}", daemon=True)
                          for w in range(self.workers)]
@@ -74,6 +83,7 @@ class Staging:
 
     def _work(self, worker: int) -> None:
         index = self.first + worker
+        torch.set_num_threads(1)
         try:
             while index < self.end and not self.stop.is_set():
                 try:
@@ -87,6 +97,8 @@ class Staging:
                 index += self.workers
         except _Stopped:
             return
+        finally:
+            torch.set_num_threads(self._consumer_threads)  # the default for threads started later
 
     def _get(self, worker: int, index: int):
         thread = self._threads[worker]
