@@ -110,6 +110,19 @@ def test_class_mean_images_look_alike():
     assert np.abs(per_class - per_class.mean(axis=0)).max() < 40
 
 
+def test_every_object_stands_out_and_both_polarities_occur():
+    # the object differs from the background by at least 0.2 (51 levels) in every channel, so the grey-level
+    # spread of every image is large; light-on-dark and dark-on-light are about equally common
+    images, labels = make_builtin(2000)
+    grey = images.astype(np.float32).mean(axis=3).reshape(len(images), -1)
+    low, high = np.percentile(grey, [2, 98], axis=1)
+    assert (high - low).min() > 30
+    light_background = np.median(grey, axis=1) > 127.5  # the background covers most of the image
+    assert 0.4 < light_background.mean() < 0.6
+    for label in range(len(CLASSES)):  # and the polarity is not tied to the class
+        assert 0.3 < light_background[labels == label].mean() < 0.7
+
+
 @pytest.mark.parametrize(
     "arguments",
     [{"count": -1}, {"count": 1.5}, {"count": 10, "split": "valid"}, {"count": 10, "seed": -1}],
