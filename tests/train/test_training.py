@@ -155,3 +155,18 @@ def test_json_summary_has_the_documented_fields(capsys):
                 "peak_memory_bytes", "device", "precision", "world_size", "seconds"):
         assert key in summary
     assert summary["steps"] == 300 // 50 and summary["world_size"] == 1 and summary["precision"] == "fp32"
+
+
+def test_fp64_trains_and_reports_its_precision(tmp_path):
+    from safetensors.torch import load_file
+
+    result = train(quick(model="mlp", hidden=(16,), precision="fp64", max_steps=5, out=str(tmp_path / "run")))
+    weights = load_file(str(tmp_path / "run" / "model.safetensors"))
+    assert result.precision == "fp64" and np.isfinite(result.test_loss)
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float64}
+
+
+def test_cpu_run_names_what_it_could_not_measure():
+    result = train(quick(model="mlp", hidden=(16,), max_steps=3))
+    assert result.device_busy_fraction is None and result.gpu_utilization_percent is None
+    assert any("device busy share" in line for line in result.unmeasured)

@@ -91,6 +91,8 @@ class _Screen:
             self._started(event)
         elif isinstance(event, StepLog) and self.progress is not None:
             busy = "" if event.device_busy_fraction is None else f" device busy {event.device_busy_fraction:.0%}"
+            if event.gpu_utilization_percent is not None:
+                busy += f" (NVML {event.gpu_utilization_percent:.0f}%)"
             self.progress.update(self.task, completed=event.step, description=(
                 f"epoch {event.epoch} loss {event.loss:.3f} {event.samples_per_s:,.0f} samples/s "
                 f"data wait {event.data_wait_fraction:.0%}{busy}"))

@@ -223,6 +223,18 @@ def _nvml_index(cuda_index: int, uuid: str | NA, cuda_count: int) -> int | NA:
     return NA(f"cannot match CUDA device {cuda_index} to an NVML device (uuid {uuid})")
 
 
+def nvml_index_for_cuda(cuda_index: int) -> int | NA:
+    """The NVML index of torch's CUDA device `cuda_index` (torch and NVML may number devices differently)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return NA("no CUDA device")
+    properties = _attempt("CUDA device properties", lambda: torch.cuda.get_device_properties(cuda_index))
+    if is_na(properties):
+        return properties
+    return _nvml_index(cuda_index, _read(properties, lambda p: str(p.uuid)), torch.cuda.device_count())
+
+
 def _cuda_device(torch: Any, index: int, count: int) -> AcceleratorInfo:
     properties = _attempt("torch.cuda.get_device_properties", lambda: torch.cuda.get_device_properties(index))
     nvml_index = _nvml_index(index, _read(properties, lambda p: str(p.uuid)), count)

@@ -38,6 +38,8 @@ class StepLog:
     samples_per_s: float
     data_wait_fraction: float
     device_busy_fraction: float | None  # CUDA events; None off CUDA
+    gpu_utilization_percent: float | None  # NVML, mean over the interval; None without NVML or a GPU
+    cpu_percent: float | None  # all host cores, psutil, mean over the interval
     learning_rate: float
     seconds: float  # since the start of the loop
 
@@ -52,6 +54,7 @@ class TrainResult:
     samples_per_s: float
     data_wait_fraction: float
     device_busy_fraction: float | None
+    gpu_utilization_percent: float | None
     peak_memory_bytes: int
     device: str
     precision: str
@@ -66,6 +69,7 @@ class TrainResult:
     out: str | None
     config: dict
     verdict: str
+    unmeasured: list
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 
 from gpufeed.data.feed import Feed
 from gpufeed.errors import RunFailed
+from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.timers import DeviceBusyTimer, Stopwatch
 from gpufeed.train import distributed
 from gpufeed.train.checkpoint import capture_rng, find_latest, restore_rng, save_checkpoint
@@ -52,6 +53,7 @@ class _Run:
     validation: Feed
     total_steps: int
     files: RunFiles | None
+    sampler: Sampler | None = None
     step: int = 0
     resumed_from: str | None = None
     skipped_checkpoints: list = field(default_factory=list)
@@ -176,15 +178,19 @@ def _log(run: _Run, interval: _Interval, totals: dict, notify) -> _Interval:
         raise RunFailed(f"the loss became {loss} by step {run.step} (checked every {run.config.log_every_steps} "
                         f"steps); lower --lr, or train in --precision fp32")
     wait_s, busy_s = interval.wait.take(), interval.busy.collect()
+    sample = run.sampler.take()
     samples = interval.samples * run.context.world_size
     totals["seconds"] += seconds
     totals["wait_s"] += wait_s
     totals["samples"] += samples
     if busy_s is not None:
         totals["busy_s"] = totals.get("busy_s", 0.0) + busy_s
+    if sample.gpu_utilization_percent is not None:
+        totals.setdefault("gpu_utilization", []).append(sample.gpu_utilization_percent)
     record = StepLog(epoch=run.feed.epoch, step=run.step, total_steps=run.total_steps, loss=loss,
                      samples_per_s=samples / seconds, data_wait_fraction=wait_s / seconds,
                      device_busy_fraction=None if busy_s is None else min(1.0, busy_s / seconds),
+                     gpu_utilization_percent=sample.gpu_utilization_percent, cpu_percent=sample.cpu_percent,
                      learning_rate=run.optimizer.param_groups[0]["lr"], seconds=totals["seconds"])
     if run.files is not None:
         run.files.append_metrics(record)
@@ -245,25 +251,42 @@ def evaluate(model: torch.nn.Module, feed: Feed, precision, context: distributed
     return correct_total / count_total, loss_total / count_total
 
 
+def _reduced_shares(run: _Run, totals: dict) -> tuple[float, float | None]:
+    """Data-wait and device-busy shares averaged over the ranks (each rank's share of its own wall time)."""
+    seconds = max(totals["seconds"], 1e-9)
+    busy = totals.get("busy_s")
+    wait_share, busy_share = distributed.all_reduce_sum(
+        run.context, [totals["wait_s"] / seconds, -1.0 if busy is None else busy / seconds])
+    world = run.context.world_size
+    return wait_share / world, None if busy is None else min(1.0, busy_share / world)
+
+
 def _train_and_evaluate(run: _Run, notify) -> TrainResult:
     started = time.perf_counter()
     start_step = run.step
-    totals = _run_epochs(run, notify)
+    run.sampler = Sampler(run.context.device)
+    try:
+        totals = _run_epochs(run, notify)
+    finally:
+        run.sampler.close()
     accuracy, loss = evaluate(run.model, run.validation, run.precision, run.context)
     seconds = time.perf_counter() - started
-    busy = totals.get("busy_s")
-    run_seconds = max(totals["seconds"], 1e-9)
+    wait_share, busy_share = _reduced_shares(run, totals)
+    utilization = totals.get("gpu_utilization")
+    unmeasured = list(run.sampler.unmeasured)
+    if run.context.device.type != "cuda":
+        unmeasured.append("device busy share: measured with CUDA events, and the device is not a CUDA GPU")
     result = TrainResult(
         test_accuracy=accuracy, test_loss=loss, epochs=run.config.epochs, steps=run.step,
-        steps_this_run=run.step - start_step, samples_per_s=totals["samples"] / run_seconds,
-        data_wait_fraction=totals["wait_s"] / run_seconds,
-        device_busy_fraction=None if busy is None else min(1.0, busy / run_seconds),
+        steps_this_run=run.step - start_step, samples_per_s=totals["samples"] / max(totals["seconds"], 1e-9),
+        data_wait_fraction=wait_share, device_busy_fraction=busy_share,
+        gpu_utilization_percent=sum(utilization) / len(utilization) if utilization else None,
         peak_memory_bytes=peak_memory_bytes(run.context.device), device=str(run.context.device),
         precision=run.precision.name, world_size=run.context.world_size, batch_size=run.feed.batch_size,
         effective_batch_size=run.feed.batch_size * run.context.world_size,
         learning_rate=run.config.peak_learning_rate, seconds=seconds, model=run.config.model,
         parameters=parameter_count(run.model), resumed_from=run.resumed_from, out=run.config.out,
-        config=run.config.to_dict(), verdict="")
+        config=run.config.to_dict(), verdict="", unmeasured=unmeasured)
     result = replace(result, verdict=verdict(result))
     if run.files is not None:
         run.files.save_model(run.model)
