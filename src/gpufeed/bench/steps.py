@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gpufeed.bench.kernels import tf32_flags
 from gpufeed.bench.results import PRECISIONS, PrecisionRun, TrainStepResult
 from gpufeed.errors import ConfigError, DeviceUnavailable, GpufeedError
 from gpufeed.hardware.devices import resolve_device
@@ -61,16 +62,10 @@ def unsupported_reason(device: torch.device, precision: str) -> str | None:
 
 @contextlib.contextmanager
 def tf32_mode(device: torch.device, enabled: bool) -> Iterator[None]:
-    """TF32 for CUDA matmuls and cuDNN convolutions on (tf32) or off (everything else), restored afterwards."""
-    if device.type != "cuda":
+    """TF32 for CUDA matmuls and cuDNN convolutions on (tf32) or off (everything else), restored afterwards
+    (through the kernels' switch, which copes with both of torch's ways of setting it)."""
+    with tf32_flags(device, "tf32" if enabled else "fp32"):
         yield
-        return
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = enabled
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def make_train_step(model_name: str, device: torch.device, precision: str,

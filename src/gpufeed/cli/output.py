@@ -17,6 +17,8 @@ from gpufeed.errors import GpufeedError
 # soft_wrap: long lines are not broken at the terminal width, so piped output stays one record per line
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 error_console = Console(stderr=True, highlight=False, soft_wrap=True)
+if not console.is_terminal:  # piped or captured: tables at a width that fits them, not the default 80
+    console.width = max(console.width, 140)
 
 
 def to_jsonable(value: Any) -> Any:

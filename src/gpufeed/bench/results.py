@@ -1,0 +1,83 @@
+"""What `gpufeed bench` measures, as frozen dataclasses. Units are in the names; every figure carries its runs
+and spread; a figure that could not be measured is absent from its list and named in `unmeasured`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufeed.measure.timing import Timing as Timing  # re-exported: measure defines it, since bench imports measure
+
+# Precisions a benchmark may ask for, in the order they are shown.
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16")
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    op: str  # "matmul" or "conv2d"
+    device: str  # "cpu", "cuda:0"
+    precision: str  # one of PRECISIONS
+    size: str  # "M x N x K" for matmul; "batch, in->out channels, HxW, kernel" for conv2d
+    flops: int  # per call, multiply-add counted as 2 FLOPs (torch.utils.flop_counter)
+    seconds_median: float
+    seconds_min: float
+    seconds_max: float
+    runs: int
+    tflops: float  # flops / seconds_median / 1e12
+    fraction_of_peak: float | None  # None when the peak for this device and precision is unknown
+    tf32_matmul: bool | None  # torch.backends.cuda.matmul.allow_tf32 during the run (None on the CPU)
+    tf32_cudnn: bool | None  # torch.backends.cudnn.allow_tf32 during the run (None on the CPU)
+
+
+@dataclass(frozen=True)
+class Peak:
+    device: str
+    precision: str
+    tflops: float | None  # dense, not sparse
+    derivation: str  # how it was obtained, or why it is unknown
+
+
+@dataclass(frozen=True)
+class TrainStepResult:
+    model: str  # "mlp" or "cnn"
+    device: str
+    precision: str
+    batch_size: int
+    samples_per_s: float
+    seconds_median: float
+    seconds_min: float
+    seconds_max: float
+    runs: int
+    speedup_vs_cpu_fp32: float | None  # this figure / the CPU's fp32 figure for the same model and batch
+
+
+@dataclass(frozen=True)
+class LinkResult:
+    direction: str  # "host_to_device" or "device_to_host"
+    pinned: bool
+    bytes: int  # per copy
+    gb_per_s: float  # 1e9 bytes per second, median
+    runs: int
+    theoretical_gb_per_s: float | None  # from the PCIe generation and width NVML reports
+
+
+@dataclass(frozen=True)
+class PrecisionRun:
+    precision: str
+    device: str
+    test_accuracy: float
+    test_loss: float
+    seconds: float
+    steps: int
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    machine: object  # hardware.probe.MachineInfo
+    settings: dict  # what was asked: devices, precisions, quick
+    kernels: list[KernelResult] = field(default_factory=list)
+    peaks: list[Peak] = field(default_factory=list)
+    train_steps: list[TrainStepResult] = field(default_factory=list)
+    link: list[LinkResult] = field(default_factory=list)
+    precision_runs: list[PrecisionRun] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)  # sentences a person reads in ten seconds
+    unmeasured: list[str] = field(default_factory=list)  # "what: why"

@@ -1,0 +1,97 @@
+"""gpufeed bench: CPU against GPU on this machine, in every precision, against the hardware's peak."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from gpufeed.cli.output import add_json_flag, console, emit_json, error_console
+
+EXAMPLES = """examples:
+  gpufeed bench --quick                         # under a minute on a CPU-only laptop
+  gpufeed bench --device cuda:0 --precision bf16,fp16 --json bench.json
+  gpufeed bench                                 # the full sweep: a few minutes
+
+Matrix products count a multiply-add as 2 FLOPs. Peaks are dense (not sparse) rates: the CPU's from its cores,
+clock and instruction set, a GPU's from the sourced table hardware/gpus.json. Nothing is uploaded.
+"""
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("bench", help="CPU against GPU, measured here, against the hardware's peak",
+                                   description="Matrix products, a convolution and whole training steps in each "
+                                               "precision, the host-device link, and short trainings in fp64, fp32 "
+                                               "and bf16.",
+                                   epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    parser.add_argument("--device", default="all", help="all (default) | cpu | cuda:0 | a comma-separated list")
+    parser.add_argument("--precision", default="fp64,fp32,tf32,bf16,fp16",
+                        help="comma-separated: fp64,fp32,tf32,bf16,fp16 (default: all)")
+    add_json_flag(parser)
+    parser.set_defaults(handler=run)
+
+
+def _kernel_table(result) -> Table:
+    table = Table(title="matrix products and convolution (multiply-add = 2 FLOPs)")
+    for column in ("op", "device", "precision", "size", "TFLOP/s", "of peak", "median ms", "spread", "runs"):
+        table.add_column(column, justify="right" if column not in ("op", "device", "precision", "size") else "left")
+    for kernel in result.kernels:
+        spread = (kernel.seconds_max - kernel.seconds_min) / kernel.seconds_median if kernel.seconds_median else 0
+        table.add_row(kernel.op, kernel.device, kernel.precision, kernel.size, f"{kernel.tflops:.3f}",
+                      "NA" if kernel.fraction_of_peak is None else f"{kernel.fraction_of_peak:.0%}",
+                      f"{kernel.seconds_median * 1e3:.3f}", f"{spread:.0%}", str(kernel.runs))
+    return table
+
+
+def _steps_table(result) -> Table:
+    table = Table(title="whole training steps (forward, backward, AdamW)")
+    for column in ("model", "device", "precision", "batch", "samples/s", "x CPU fp32", "runs"):
+        table.add_column(column)
+    for step in result.train_steps:
+        speedup = "NA" if step.speedup_vs_cpu_fp32 is None else f"{step.speedup_vs_cpu_fp32:.1f}x"
+        table.add_row(step.model, step.device, step.precision, str(step.batch_size), f"{step.samples_per_s:,.0f}",
+                      speedup, str(step.runs))
+    return table
+
+
+def _show(result) -> None:
+    for peak in result.peaks:
+        value = "NA" if peak.tflops is None else f"{peak.tflops:.3f} TFLOP/s"
+        console.print(f"peak {peak.device} {peak.precision}: {value} — {peak.derivation}")
+    console.print(_kernel_table(result))
+    console.print(_steps_table(result))
+    for link in result.link:
+        theory = "NA" if link.theoretical_gb_per_s is None else f"{link.theoretical_gb_per_s:.1f}"
+        console.print(f"link {link.direction} {'pinned' if link.pinned else 'pageable'}: {link.gb_per_s:.1f} GB/s "
+                      f"(link allows {theory} GB/s; {link.runs} runs)")
+    for run in result.precision_runs:
+        console.print(f"training in {run.precision} on {run.device}: accuracy {run.test_accuracy:.1%}, "
+                      f"{run.seconds:.1f} s, {run.steps} steps")
+    for line in result.unmeasured:
+        console.print(f"[dim]not measured: {line}[/dim]")
+    console.print("[bold]summary[/bold]")
+    for sentence in result.summary:
+        console.print(f"  {sentence}")
+
+
+def run(args) -> int:
+    from gpufeed.bench.run import parse_devices, parse_precisions, run_bench
+
+    devices = parse_devices(args.device)
+    precisions = parse_precisions(args.precision)
+    quiet = args.json == "-"
+    status = error_console if quiet else console
+    with status.status("benchmarking") as spinner:
+        result = run_bench(devices, precisions, quick=args.quick,
+                           progress=lambda message: spinner.update(f"benchmarking: {message}"))
+    if not quiet:
+        _show(result)
+    if args.json is not None:
+        from gpufeed.bench.run import peaks_by_device
+        from gpufeed.cli.output import to_jsonable
+
+        document = to_jsonable(result)
+        document["peaks"], document["peak_derivations"] = peaks_by_device(result.peaks)
+        emit_json(document, args.json)
+    return 0
