@@ -1,0 +1,165 @@
+"""Compute: FLOPs of one training step, and how long a run takes on a GPU at a model-FLOPs utilisation (MFU).
+
+FLOPs come from `torch.utils.flop_counter.FlopCounterMode` (a multiply-add counts 2; it counts matmuls,
+convolutions and attention, not elementwise ops, norms or pooling, which are memory-bound and small in FLOPs).
+The step is traced on meta tensors (shapes only, no memory, no arithmetic) at the full batch: forward,
+cross-entropy, backward. The optimizer step is left out: a few FLOPs per parameter (AdamW about 10), which is
+negligible next to the forward and backward (about 6 FLOPs per parameter per *sample* for a dense layer).
+Backward costs about 2x forward for a layer whose input needs a gradient (input grad + weight grad), but only
+1x for the first layer, whose input (the batch) needs none, so a one-layer model counts 2x forward in all.
+
+Hours = total FLOPs / (peak TFLOP/s x 1e12 x MFU x GPUs). MFU is the fraction of the card's dense peak a real
+training step achieves (PaLM, Chowdhery et al. 2022, appendix B, defines it this way: model FLOPs per second
+over peak). It is either measured here by `calibrate_mfu` or the stated default, always with a band.
+Several GPUs are assumed to scale linearly (data parallel, communication hidden behind compute), which is
+optimistic for small models on a slow interconnect.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.utils.flop_counter import FlopCounterMode
+
+from gpufeed.bench.kernels import device_label
+from gpufeed.errors import ConfigError
+from gpufeed.hardware.na import NA, is_na
+from gpufeed.measure.timing import time_call
+
+# Rule of thumb, not a measurement. Large dense transformer training reaches roughly 30-50% MFU on A100/H100
+# (PaLM reports 46% on TPU v4; Megatron-LM and MosaicML report 35-55% for GPT-style models); small CNNs and
+# MLPs at small batch sizes reach less (memory-bound norms and activations, launch overhead), often 10-30%.
+DEFAULT_MFU = 0.35
+DEFAULT_MFU_BAND = (0.2, 0.5)
+DEFAULT_MFU_SOURCE = ("default 0.35 (band 0.2-0.5): a rule of thumb from published large-model training "
+                      "(30-50% of dense peak, PaLM's MFU definition); small CNNs usually run lower")
+# A fraction measured on one device carries over to another only roughly: different kernels, a different
+# balance of memory bandwidth to FLOP/s (faster cards usually reach a lower fraction on small models).
+TRANSFER_BAND = (0.7, 1.3)
+CALIBRATION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
+
+
+@dataclass(frozen=True)
+class ComputeEstimate:
+    """FLOPs per step (forward + backward, meta-traced), steps, and the MFU with its band and where it came from."""
+
+    flops_per_step: int
+    flops_per_sample: float
+    steps_per_epoch: int
+    total_steps: int
+    mfu: float
+    mfu_low: float
+    mfu_high: float
+    mfu_source: str
+
+
+def flops_per_step(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, num_classes: int) -> int:
+    """FLOPs of forward + cross-entropy + backward for a batch of `batch_size` samples of `input_shape` (C, H, W),
+    traced on meta tensors (the model's own parameters are untouched). Raises ConfigError when the model cannot
+    run on meta tensors (it reads values, e.g. `.item()`)."""
+    if batch_size < 1 or num_classes < 1:
+        raise ConfigError(f"batch size and classes must be positive, got {batch_size} and {num_classes}")
+    state = {name: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad)
+             for name, p in model.named_parameters()}
+    state.update({name: torch.empty_like(b, device="meta") for name, b in model.named_buffers()})
+    inputs = torch.empty((batch_size, *input_shape), device="meta")  # (B, C, H, W)
+    labels = torch.zeros(batch_size, dtype=torch.long, device="meta")
+    try:
+        with FlopCounterMode(display=False) as counter:
+            logits = functional_call(model, state, (inputs,))  # (B, classes)
+            nn.functional.cross_entropy(logits, labels).backward()
+    except (NotImplementedError, RuntimeError) as error:
+        raise ConfigError(f"cannot count FLOPs: the model does not run on meta tensors "
+                          f"({str(error).splitlines()[0]})") from None
+    return int(counter.get_total_flops())
+
+
+def estimate_compute(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, num_classes: int,
+                     samples: int, epochs: int,
+                     mfu: tuple[float, tuple[float, float], str] | None = None) -> ComputeEstimate:
+    """FLOPs per step of one GPU at `batch_size`, `samples // batch_size` steps an epoch on one GPU (the last
+    partial step dropped, as `gpufeed train` does; N GPUs each run about 1/N of them), and the MFU from
+    `calibrate_mfu` or the default when `mfu` is None."""
+    if samples < 1 or epochs < 1:
+        raise ConfigError(f"samples and epochs must be positive, got {samples} and {epochs}")
+    per_step = flops_per_step(model, input_shape, batch_size, num_classes)
+    steps = max(samples // batch_size, 1)
+    value, (low, high), source = mfu or (DEFAULT_MFU, DEFAULT_MFU_BAND, DEFAULT_MFU_SOURCE)
+    if not 0 < low <= value <= high:
+        raise ConfigError(f"MFU band must hold 0 < low <= MFU <= high, got {low}, {value}, {high}")
+    return ComputeEstimate(flops_per_step=per_step, flops_per_sample=per_step / batch_size,
+                           steps_per_epoch=steps, total_steps=steps * epochs, mfu=value, mfu_low=low,
+                           mfu_high=high, mfu_source=source)
+
+
+def hours_on(gpu_peak_tflops: float, compute: ComputeEstimate, gpus: int = 1,
+             per_epoch: bool = False) -> tuple[float, float, float]:
+    """(hours, low, high) for the whole run (or one epoch) on `gpus` cards of `gpu_peak_tflops` dense TFLOP/s,
+    assuming linear scaling (N cards do the one-card work in 1/N of the time). `low` uses the high end of the
+    MFU band (faster), `high` the low end."""
+    if gpu_peak_tflops <= 0 or gpus < 1:
+        raise ConfigError(f"peak TFLOP/s and GPUs must be positive, got {gpu_peak_tflops} and {gpus}")
+    steps = compute.steps_per_epoch if per_epoch else compute.total_steps
+    flops = compute.flops_per_step * steps
+    rate = gpu_peak_tflops * 1e12 * gpus  # FLOP/s at 100% MFU
+    hours = [flops / (rate * mfu) / 3600 for mfu in (compute.mfu, compute.mfu_high, compute.mfu_low)]
+    return hours[0], hours[1], hours[2]
+
+
+def samples_per_second(gpu_peak_tflops: float, compute: ComputeEstimate, gpus: int = 1) -> float:
+    """Samples/s the GPUs consume at the high end of the MFU band: what the input pipeline must sustain."""
+    return gpu_peak_tflops * 1e12 * gpus * compute.mfu_high / compute.flops_per_sample
+
+
+def _training_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype,
+                   device: torch.device):
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    autocast = dtype in (torch.bfloat16, torch.float16)
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=device.type, dtype=dtype, enabled=autocast):
+            loss = nn.functional.cross_entropy(model(inputs), labels)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def calibrate_mfu(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, num_classes: int,
+                  device: torch.device | str, precision: str, peak_tflops: float | NA | None,
+                  warmup: int = 2, repeats: int = 5) -> tuple[float, tuple[float, float], str]:
+    """(MFU, (low, high), source) from a short real run on `device`: `warmup` untimed then `repeats` timed
+    training steps (SGD with momentum, bf16/fp16 by autocast) of a copy of `model`; achieved FLOP/s = counted
+    FLOPs per step / median seconds, divided by `peak_tflops` (that device's dense peak for `precision`).
+    The band is the fastest and slowest step widened by TRANSFER_BAND (a rule of thumb for other cards).
+    With no peak known, the default and a source saying why."""
+    if is_na(peak_tflops) or peak_tflops is None or peak_tflops <= 0:
+        why = peak_tflops.reason if is_na(peak_tflops) else "no peak given"
+        return DEFAULT_MFU, DEFAULT_MFU_BAND, f"{DEFAULT_MFU_SOURCE}; not measured here ({why})"
+    if precision not in CALIBRATION_DTYPES:
+        raise ConfigError(f"cannot calibrate {precision!r}; choose one of {', '.join(CALIBRATION_DTYPES)}")
+    device = torch.device(device)
+    dtype = CALIBRATION_DTYPES[precision]
+    parameter_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    copied = copy.deepcopy(model).to(device=device, dtype=parameter_dtype).train()
+    inputs = torch.randn((batch_size, *input_shape), device=device, dtype=parameter_dtype)
+    if inputs.dim() == 4:
+        copied, inputs = copied.to(memory_format=torch.channels_last), inputs.contiguous(
+            memory_format=torch.channels_last)
+    labels = torch.randint(0, num_classes, (batch_size,), device=device)
+    flops = flops_per_step(model, input_shape, batch_size, num_classes)
+    timing = time_call(_training_step(copied, inputs, labels, dtype, device), device, warmup=warmup,
+                       repeats=repeats)
+    peak = peak_tflops * 1e12
+    mfu = flops / timing.median_s / peak
+    low, high = flops / timing.max_s / peak * TRANSFER_BAND[0], flops / timing.min_s / peak * TRANSFER_BAND[1]
+    source = (f"measured on {device_label(device)}: {flops / 1e9:.3g} GFLOPs a step (batch {batch_size}, "
+              f"{precision}) in a median {timing.median_s * 1e3:.3g} ms over {timing.runs} steps after "
+              f"{warmup} warm-up ({timing.method}) = {flops / timing.median_s / 1e12:.3g} TFLOP/s of a "
+              f"{peak_tflops:.3g} TFLOP/s peak; band x{TRANSFER_BAND[0]}-x{TRANSFER_BAND[1]} for other cards "
+              f"(rule of thumb)")
+    return mfu, (low, high), source

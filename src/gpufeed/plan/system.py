@@ -1,0 +1,189 @@
+"""The rest of the machine around the GPUs: host RAM, CPU cores, disk, power supply and the PCIe link.
+
+Every figure here is a rule of thumb with its arithmetic in words, not a measurement (except the per-core gather
+rate, which `measure_gather_rate` times on this machine). Sizes are rounded up to what one can buy.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpufeed.bench.link import NARROW_THEORETICAL_GB_PER_S, pcie_theoretical_gb_per_s
+from gpufeed.errors import ConfigError
+from gpufeed.hardware.catalog import GpuSpec
+
+GIB = 1 << 30
+# Common totals of 2, 4, 8, 12 or 16 DIMMs of 4-128 GB modules, GiB; above the last, whole TiB.
+RAM_SIZES_GIB = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+# ATX power supply sizes sold by the major makers (Corsair, Seasonic, be quiet!), watts; above: two supplies.
+PSU_SIZES_W = (450, 550, 650, 750, 850, 1000, 1200, 1300, 1500, 1600, 2000, 2400)
+PSU_HEADROOM = 0.25  # supplies run most efficiently near half to 80% load, and GPUs spike above TDP for ms
+DEFAULT_CPU_TDP_W = 150.0
+DEFAULT_REST_W = 100.0  # board, RAM, disks, fans
+HOUSEHOLD_CIRCUIT_W = 1440  # a 120 V 15 A circuit at the 80% continuous-load rule (North America)
+WEIGHT_BYTES = 4  # fp32 master weights in a checkpoint, whatever the training precision
+# fp32 optimizer state per parameter, under plan.memory's names: SGD with momentum keeps one buffer, Adam(W) two
+OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 4}
+# Rule of thumb for decoding a JPEG photo (~500x375) and resizing it to 224 px with Pillow on one core; packed
+# uint8 data (gpufeed's format) needs no decoding and is gathered at memory-copy speed instead.
+JPEG_DECODE_PER_CORE = 150.0
+LINK_SHARE_LIMIT = 0.5  # a feed needing more than this share of the link's theoretical rate will stall the GPU
+DESKTOP_CPU_GPU_LANES = 16  # lanes a desktop CPU gives its x16 slot(s): x16 for one card, x8/x8 for two
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What the host needs around the GPUs. Bytes are bytes, rates per second; each `*_reason` shows the rule."""
+
+    ram_bytes: int
+    ram_minimum_bytes: int
+    ram_reason: str
+    cpu_cores: int
+    cpu_reason: str
+    disk_bytes: int
+    disk_reason: str
+    disk_read_bytes_per_s: float
+    psu_watts: int
+    psu_arithmetic: str
+    link_notes: tuple[str, ...]
+
+
+def _round_ram(size_bytes: float) -> int:
+    for gib in RAM_SIZES_GIB:
+        if size_bytes <= gib * GIB:
+            return gib * GIB
+    return math.ceil(size_bytes / (1024 * GIB)) * 1024 * GIB
+
+
+def host_ram(gpu_memory_bytes_total: int, dataset_bytes: int, cache_dataset: bool) -> tuple[int, int, str]:
+    """(ideal, minimum, reason): at least the GPUs' total memory, ideally twice it, plus the dataset when it
+    should stay in the page cache; each rounded up to a size in RAM_SIZES_GIB."""
+    dataset = dataset_bytes if cache_dataset else 0
+    minimum, ideal = _round_ram(gpu_memory_bytes_total + dataset), _round_ram(2 * gpu_memory_bytes_total + dataset)
+    cached = f" + {dataset / GIB:.1f} GiB dataset kept in the page cache" if cache_dataset else ""
+    reason = (f"rule of thumb: at least the GPUs' total memory ({gpu_memory_bytes_total / GIB:.1f} GiB{cached} "
+              f"-> {minimum // GIB} GiB), ideally twice it ({2 * gpu_memory_bytes_total / GIB:.1f} GiB{cached} "
+              f"-> {ideal // GIB} GiB): pinned staging buffers, loader worker copies, checkpoints being written "
+              f"and the framework itself all live in host memory")
+    return ideal, minimum, reason
+
+
+def measure_gather_rate(bytes_per_sample: int, batch_size: int = 256, seconds: float = 0.2) -> tuple[float, str]:
+    """(samples/s, how) one core gathers packed uint8 samples in random order (numpy `take`, one thread), the
+    CPU's whole share of gpufeed's feed; from a 64 MiB array, so mostly from cache-missing memory."""
+    rows = max((64 << 20) // max(bytes_per_sample, 1), batch_size)
+    images = np.ones((rows, bytes_per_sample), dtype=np.uint8)
+    batch = np.empty((batch_size, bytes_per_sample), dtype=np.uint8)
+    generator = np.random.default_rng(0)
+    samples, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or samples == 0:
+        np.take(images, generator.integers(0, rows, batch_size), axis=0, out=batch)
+        samples += batch_size
+    rate = samples / (time.perf_counter() - start)
+    return rate, f"measured here: one core gathers {rate:,.0f} packed samples/s of {bytes_per_sample} bytes"
+
+
+def cpu_cores_needed(samples_per_s_needed: float, per_core_decode_rate: float, reason: str,
+                     gpus: int = 1) -> tuple[int, str]:
+    """(cores, reason): ceil(samples/s needed / per-core rate) for the input pipeline, plus one core per GPU for
+    the process that drives it. `reason` says where the per-core rate came from."""
+    if per_core_decode_rate <= 0:
+        raise ConfigError(f"per-core decode rate must be positive, got {per_core_decode_rate}")
+    feeding = math.ceil(samples_per_s_needed / per_core_decode_rate)
+    cores = feeding + gpus
+    text = (f"{samples_per_s_needed:,.0f} samples/s / {per_core_decode_rate:,.0f} per core ({reason}) = "
+            f"{feeding} cores to feed, + {gpus} (one per GPU for its training process) = {cores}")
+    return cores, text
+
+
+def disk(dataset_bytes: int, parameters: int, optimizer: str, checkpoints_kept: int = 3) -> tuple[int, str]:
+    """(bytes, arithmetic): the dataset plus `checkpoints_kept` checkpoints and one more being written (saves go
+    to a temporary file, then a rename). A checkpoint holds fp32 weights and the optimizer's fp32 state."""
+    if optimizer not in OPTIMIZER_STATE_BYTES:
+        raise ConfigError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZER_STATE_BYTES)}")
+    per_parameter = WEIGHT_BYTES + OPTIMIZER_STATE_BYTES[optimizer]
+    checkpoint = parameters * per_parameter
+    total = dataset_bytes + (checkpoints_kept + 1) * checkpoint
+    text = (f"dataset {dataset_bytes / 1e9:.2f} GB + ({checkpoints_kept} kept + 1 being written) x checkpoint "
+            f"({parameters:,} parameters x {per_parameter} B: {WEIGHT_BYTES} B fp32 weights + "
+            f"{OPTIMIZER_STATE_BYTES[optimizer]} B {optimizer} state = {checkpoint / 1e9:.3f} GB) = "
+            f"{total / 1e9:.2f} GB")
+    return total, text
+
+
+def psu_watts(gpu_tdps: list[float], cpu_tdp_w: float = DEFAULT_CPU_TDP_W, rest_w: float = DEFAULT_REST_W,
+              headroom: float = PSU_HEADROOM) -> tuple[int, str]:
+    """(watts, arithmetic): (sum of card TDPs + CPU + the rest) x (1 + headroom), rounded up to a size in
+    PSU_SIZES_W. Beyond the largest, the load rounded up to 100 W and a note to use two supplies."""
+    load = sum(gpu_tdps) + cpu_tdp_w + rest_w
+    wanted = load * (1 + headroom)
+    cards = " + ".join(f"{tdp:g}" for tdp in gpu_tdps) or "0"
+    text = (f"GPUs {cards} W + CPU {cpu_tdp_w:g} W + rest {rest_w:g} W = {load:g} W; x {1 + headroom:g} headroom "
+            f"(efficiency peaks near half load; GPUs spike above TDP for milliseconds) = {wanted:g} W")
+    size = next((watts for watts in PSU_SIZES_W if watts >= wanted), None)
+    if size is None:
+        size = math.ceil(wanted / 100) * 100
+        text += f" -> above the largest single ATX supply ({PSU_SIZES_W[-1]} W): two supplies or a server chassis"
+    else:
+        text += f" -> {size} W, the next size sold"
+    if load > HOUSEHOLD_CIRCUIT_W:
+        text += (f"; the load exceeds what a 120 V 15 A household circuit carries continuously "
+                 f"({HOUSEHOLD_CIRCUIT_W} W): use a 230 V or 20 A circuit")
+    return size, text
+
+
+def _lane_note(gpus: int, generation: int, lanes: int, needed_gb_per_s: float) -> str:
+    wanted = (f"{gpus} cards at x{lanes} want {gpus * lanes} CPU lanes; desktop CPUs give "
+              f"{DESKTOP_CPU_GPU_LANES} to cards")
+    if gpus > 2:
+        return wanted + ": a workstation or server CPU (Threadripper, Xeon W, EPYC) gives 64-128"
+    half = pcie_theoretical_gb_per_s(generation, max(lanes // 2, 1))
+    return (wanted + f", so two run at x{max(lanes // 2, 1)} each: {half:.2f} GB/s, "
+            f"{needed_gb_per_s / half:.0%} of it needed")
+
+
+def link_notes(gpu_pcie_generation: int | None, lanes: int | None, samples_per_s: float,
+               bytes_per_sample_uint8: int, gpus: int = 1) -> tuple[str, ...]:
+    """Whether each GPU's link carries its batches: uint8 bytes/s needed per GPU (`samples_per_s` is per GPU)
+    against the link's theoretical rate, flagged above LINK_SHARE_LIMIT; a narrow-link note; lanes for several."""
+    if gpu_pcie_generation is None or lanes is None:
+        return ("PCIe generation or width unknown for this card: the link was not checked",)
+    link = pcie_theoretical_gb_per_s(gpu_pcie_generation, lanes)
+    needed = samples_per_s * bytes_per_sample_uint8 / 1e9
+    share = needed / link
+    verdict = "more than half: the copies will hold the GPU back" if share > LINK_SHARE_LIMIT else "enough"
+    notes = [f"each GPU needs {needed:.2f} GB/s of uint8 batches over PCIe {gpu_pcie_generation}.0 x{lanes} "
+             f"({link:.2f} GB/s theoretical): {share:.0%}, {verdict}"]
+    if share > LINK_SHARE_LIMIT:
+        notes.append("keep the dataset in device memory when it fits (no per-step copy), or a wider link")
+    if link <= NARROW_THEORETICAL_GB_PER_S:
+        notes.append(f"a narrow link (a Thunderbolt eGPU is PCIe 3.0 x4, 3.94 GB/s): send uint8, never float32 "
+                     f"(4x the bytes, {4 * needed:.2f} GB/s here)")
+    if gpus > 1 and gpus * lanes > DESKTOP_CPU_GPU_LANES:
+        notes.append(_lane_note(gpus, gpu_pcie_generation, lanes, needed))
+    return tuple(notes)
+
+
+def plan_host(spec: GpuSpec, gpus: int, dataset_bytes: int, cache_dataset: bool, parameters: int, optimizer: str,
+              samples_per_s: float, bytes_per_sample: int, per_core_rate: tuple[float, str] | None = None,
+              cpu_tdp_w: float = DEFAULT_CPU_TDP_W, link: tuple[int, int] | None = None) -> HostPlan:
+    """The host around `gpus` cards of `spec` consuming `samples_per_s` in all. `per_core_rate` is (samples/s,
+    where from); None measures the packed gather here. `link` is the host link (generation, lanes) when it is
+    narrower than the card's own, e.g. (3, 4) for a Thunderbolt eGPU."""
+    ram, ram_minimum, ram_reason = host_ram(spec.memory_bytes * gpus, dataset_bytes, cache_dataset)
+    rate, rate_reason = per_core_rate or measure_gather_rate(bytes_per_sample)
+    cores, cpu_reason = cpu_cores_needed(samples_per_s, rate, rate_reason, gpus)
+    disk_bytes, disk_reason = disk(dataset_bytes, parameters, optimizer)
+    watts, arithmetic = psu_watts([spec.tdp_w] * gpus, cpu_tdp_w)
+    generation, lanes = link or (spec.pcie_generation, spec.pcie_lanes)
+    read_rate = samples_per_s * bytes_per_sample
+    disk_reason += (f"; reads {read_rate / 1e6:,.0f} MB/s while the data is not in the page cache"
+                    + (" (the first epoch only: RAM holds it after)" if cache_dataset else ""))
+    return HostPlan(ram_bytes=ram, ram_minimum_bytes=ram_minimum, ram_reason=ram_reason, cpu_cores=cores,
+                    cpu_reason=cpu_reason, disk_bytes=disk_bytes, disk_reason=disk_reason,
+                    disk_read_bytes_per_s=read_rate, psu_watts=watts, psu_arithmetic=arithmetic,
+                    link_notes=link_notes(generation, lanes, samples_per_s / gpus, bytes_per_sample, gpus))

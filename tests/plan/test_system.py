@@ -1,0 +1,103 @@
+"""Host rules against worked examples: power supply, RAM, cores, disk, and the link of an external GPU."""
+
+import dataclasses
+
+import pytest
+
+from gpufeed.errors import ConfigError
+from gpufeed.hardware.catalog import load_catalog
+from gpufeed.plan.system import (
+    GIB,
+    cpu_cores_needed,
+    disk,
+    host_ram,
+    link_notes,
+    measure_gather_rate,
+    plan_host,
+    psu_watts,
+)
+
+
+def test_psu_four_300_watt_cards_and_a_150_watt_cpu():
+    # 4 x 300 + 150 + 100 = 1450 W; x 1.25 = 1812.5 W; the next size sold is 2000 W
+    watts, arithmetic = psu_watts([300.0] * 4, cpu_tdp_w=150)
+    assert watts == 2000
+    assert "300 + 300 + 300 + 300 W" in arithmetic and "1450 W" in arithmetic and "1812.5 W" in arithmetic
+    assert "2000 W" in arithmetic and "120 V" in arithmetic  # 1450 W exceeds a 15 A household circuit
+
+
+def test_psu_one_card_and_the_largest_sizes():
+    # 450 + 150 + 100 = 700 W; x 1.25 = 875 W -> 1000 W, within a household circuit
+    watts, arithmetic = psu_watts([450.0])
+    assert watts == 1000 and "120 V" not in arithmetic
+    # 8 x 700 + 300 + 200 = 6100 W; x 1.25 = 7625 W -> no single supply: rounded up to 7700 W
+    watts, arithmetic = psu_watts([700.0] * 8, cpu_tdp_w=300, rest_w=200)
+    assert watts == 7700 and "two supplies" in arithmetic
+    assert psu_watts([300.0] * 4, headroom=0.0)[0] == 1500  # 1450 W exactly -> 1500 W
+
+
+def test_ram_four_24_gib_cards():
+    total = 4 * 24 * GIB  # 96 GiB
+    ideal, minimum, reason = host_ram(total, dataset_bytes=40 * GIB, cache_dataset=False)
+    assert (minimum, ideal) == (96 * GIB, 192 * GIB)
+    assert "rule of thumb" in reason and "pinned" in reason
+    # caching a 40 GiB dataset: 136 GiB -> 192 GiB minimum, 232 GiB -> 256 GiB ideal
+    ideal, minimum, reason = host_ram(total, dataset_bytes=40 * GIB, cache_dataset=True)
+    assert (minimum, ideal) == (192 * GIB, 256 * GIB)
+    assert "40.0 GiB dataset" in reason
+    assert host_ram(5000 * GIB, 0, False)[1] == 5 * 1024 * GIB  # past the table: whole TiB
+
+
+def test_cpu_cores():
+    # 10,000 samples/s at 150 per core: ceil(66.7) = 67 cores, + 2 for two GPUs' processes = 69
+    cores, reason = cpu_cores_needed(10_000, 150, "JPEG default", gpus=2)
+    assert cores == 69 and "JPEG default" in reason and "67 cores" in reason
+    with pytest.raises(ConfigError):
+        cpu_cores_needed(10, 0, "broken")
+
+
+def test_gather_rate_is_measured():
+    rate, reason = measure_gather_rate(3072, seconds=0.01)
+    assert rate > 0 and reason.startswith("measured here")
+
+
+def test_disk_arithmetic():
+    # 11,173,962 parameters x (4 + 8) B = 134,087,544 B a checkpoint; 3 kept + 1 being written
+    total, arithmetic = disk(150_000_000, 11_173_962, "adamw")
+    assert total == 150_000_000 + 4 * 11_173_962 * 12
+    assert "12 B" in arithmetic
+    assert disk(0, 1000, "sgd", checkpoints_kept=1)[0] == 2 * 1000 * 8
+    with pytest.raises(ConfigError, match="optimizer"):
+        disk(0, 1000, "lion")
+
+
+def test_link_of_an_external_gpu():
+    # PCIe 3.0 x4 (Thunderbolt): 3.94 GB/s. 50,000 samples/s of 3x32x32 uint8 = 0.154 GB/s: 4%, enough
+    notes = link_notes(3, 4, 50_000, 3072)
+    assert "4%" in notes[0] and "enough" in notes[0]
+    assert any("narrow link" in note for note in notes)
+    # 20,000 samples/s of 3x224x224 = 3.01 GB/s: 76% of 3.94, flagged
+    notes = link_notes(3, 4, 20_000, 3 * 224 * 224)
+    assert "76%" in notes[0] and "hold the GPU back" in notes[0]
+    assert link_notes(None, 16, 1, 1) == ("PCIe generation or width unknown for this card: the link was not checked",)
+
+
+def test_link_lanes_for_several_cards():
+    notes = link_notes(4, 16, 1000, 3072, gpus=4)
+    assert not any("narrow" in note for note in notes)
+    assert any("64 CPU lanes" in note and "EPYC" in note for note in notes)
+    # two PCIe 4.0 x16 cards on a desktop CPU: x8 each, 15.75 GB/s; 0.0123 GB/s needed is 0%
+    notes = link_notes(4, 16, 4000, 3072, gpus=2)
+    assert "x8 each: 15.75 GB/s" in notes[-1] and "EPYC" not in notes[-1]
+    assert len(link_notes(4, 8, 4000, 3072, gpus=2)) == 1  # x8 + x8 fit a desktop CPU: nothing to say
+
+
+def test_plan_host_puts_it_together():
+    spec = dataclasses.replace(load_catalog()[0], memory_bytes=24 * GIB, tdp_w=300.0, pcie_generation=4)
+    plan = plan_host(spec, gpus=4, dataset_bytes=10 * GIB, cache_dataset=True, parameters=1_000_000,
+                     optimizer="adamw", samples_per_s=40_000, bytes_per_sample=3072,
+                     per_core_rate=(10_000.0, "stated"), cpu_tdp_w=150, link=(3, 4))
+    assert plan.psu_watts == 2000 and plan.ram_bytes == 256 * GIB and plan.ram_minimum_bytes == 128 * GIB
+    assert plan.cpu_cores == 4 + 4
+    assert plan.disk_read_bytes_per_s == 40_000 * 3072
+    assert "PCIe 3.0 x4" in plan.link_notes[0]  # the eGPU link given, not the card's own
