@@ -1,0 +1,307 @@
+"""The doctor's rules on hand-built step sequences: each kind fires where it should, with evidence equal to hand
+arithmetic, and healthy sequences raise no alarm."""
+
+import json
+import random
+
+import pytest
+
+from gpufeed.doctor.report import KINDS
+from gpufeed.doctor.rules import diagnose, slow_outliers, stall_period
+from gpufeed.measure.steps import HostSample, StepRecord
+
+
+def step(index, wall=0.1, wait=0.0, copy=0.0, copy_bytes=0, pageable=0, compute=None, syncs=0, sync=0.0,
+         batch=None, float64=0, launches=None):
+    return StepRecord(index=index, start_s=index * wall, wall_s=wall, data_wait_s=wait, copy_s=copy,
+                      copy_bytes=copy_bytes, copy_pageable_bytes=pageable, compute_s=compute, sync_count=syncs,
+                      sync_s=sync, batch_size=batch, float64_ops=float64, kernel_launches=launches)
+
+
+def steps(count=20, **fields):
+    return [step(index, **fields) for index in range(count)]
+
+
+def host(cpu=50.0, gpu=None, count=10):
+    return [HostSample(time_s=0.1 * i, cpu_percent=cpu, cpu_per_core_percent=(), gpu_utilization_percent=gpu,
+                       gpu_memory_used_bytes=None) for i in range(count)]
+
+
+CPU = {"device": "cpu", "cpu_count": 8, "threads": 8, "loader_workers": 0, "loader_pin_memory": False,
+       "batch_size": 64, "dtype_float64_seen": False, "autocast_seen": False, "unmeasured": []}
+GPU = {"device": "cuda:0", "cpu_count": 16, "threads": 8, "loader_workers": 8, "loader_pin_memory": True,
+       "batch_size": 256, "dtype_float64_seen": False, "autocast_seen": True, "memory_peak_bytes": 40 * 2**30,
+       "memory_capacity_bytes": 80 * 2**30, "allocator_retries": 0, "unmeasured": []}
+
+
+def by_kind(report):
+    kinds = [f.kind for f in report.findings]
+    assert len(kinds) == len(set(kinds)), "one finding per kind"
+    return {f.kind: f for f in report.findings}
+
+
+def serious(report):
+    return [f.kind for f in report.findings if f.severity in ("high", "medium")]
+
+
+def test_input_bound_half_the_step_waiting_is_high():
+    report = diagnose(steps(20, wait=0.05), host(), {**CPU, "cpu_count": 16, "loader_workers": 2})
+    found = by_kind(report)["input_bound"]
+    assert found.share == pytest.approx(0.5) and found.severity == "high" and found.confidence == "high"
+    assert found.evidence["data_wait_share"] == pytest.approx(0.5)
+    assert found.evidence["mean_wait_ms"] == pytest.approx(50.0)
+    assert found.evidence["loader_workers"] == 2 and found.evidence["pin_memory"] is False
+    assert found.evidence["suggested_workers"] == 8  # min(16 cores, 8)
+    assert "num_workers=8" in found.snippet and "gpufeed.Feed" in found.snippet
+    assert report.verdict.primary == "input_bound"
+    assert report.verdict.data_wait == pytest.approx(0.5) and report.verdict.steps == 20
+    assert report.verdict.device == "cpu" and report.verdict.device_busy is None
+
+
+@pytest.mark.parametrize("wait_s, expected", [(0.0049, None), (0.0051, "medium"), (0.0199, "medium"),
+                                              (0.0201, "high")])
+def test_input_share_thresholds_at_5_and_20_percent(wait_s, expected):
+    report = diagnose(steps(40, wait=wait_s), host(), CPU)
+    found = by_kind(report).get("input_bound")
+    assert (found.severity if found else None) == expected
+    if found:
+        assert found.share == pytest.approx(wait_s / 0.1)
+
+
+def test_suggested_workers_follow_the_cores_below_eight():
+    found = by_kind(diagnose(steps(20, wait=0.03), host(), {**CPU, "cpu_count": 4}))["input_bound"]
+    assert found.evidence["suggested_workers"] == 4 and "num_workers=4" in found.snippet
+
+
+def test_healthy_cpu_steps_are_compute_bound_without_alarms():
+    report = diagnose(steps(50, batch=64), host(cpu=60.0), CPU)
+    assert report.verdict.primary == "compute_bound" and serious(report) == []
+    healthy = by_kind(report)["compute_bound"]
+    assert healthy.severity == "info" and healthy.share == pytest.approx(1.0)
+    assert report.model_samples_per_s == pytest.approx(640.0)  # 64 samples / 0.1 s
+    assert report.loader_samples_per_s is None  # the loader keeps up: its rate is not seen
+
+
+def test_healthy_gpu_steps_are_compute_bound_without_alarms():
+    report = diagnose(steps(50, compute=0.095, batch=256, launches=200), host(cpu=30.0, gpu=98.0), GPU)
+    assert report.verdict.primary == "compute_bound" and serious(report) == []
+    assert report.verdict.device_busy == pytest.approx(0.95)
+    assert by_kind(report)["compute_bound"].share == pytest.approx(0.95)
+
+
+def test_cpu_oversubscribed_threads_and_workers():
+    context = {**CPU, "threads": 8, "loader_workers": 4, "cpu_count": 8}
+    found = by_kind(diagnose(steps(20), host(cpu=95.0, count=30), context))["cpu_saturated"]
+    assert found.share == pytest.approx(1 - 8 / 12) and found.severity == "high"
+    assert found.evidence["cpu_percent"] == pytest.approx(95.0)
+    assert (found.evidence["threads"], found.evidence["loader_workers"], found.evidence["cpu_count"]) == (8, 4, 8)
+    assert found.confidence == "high"  # 30 samples above 90%
+    assert "torch.set_num_threads(4)" in found.snippet  # 8 cores - 4 workers
+
+
+def test_busy_cpu_with_matching_threads_is_not_saturation():
+    report = diagnose(steps(20), host(cpu=99.0), {**CPU, "threads": 8, "loader_workers": 0, "cpu_count": 8})
+    assert "cpu_saturated" not in by_kind(report)
+
+
+def test_cpu_bottleneck_on_gpu_when_device_idles():
+    found = by_kind(diagnose(steps(20, compute=0.005), host(cpu=97.0), GPU))["cpu_saturated"]
+    assert found.share == pytest.approx(0.95) and found.evidence["device_busy"] == pytest.approx(0.05)
+
+
+def test_host_to_device_copy_share():
+    records = steps(20, compute=0.08, copy=0.02, copy_bytes=2**20 * 64)
+    found = by_kind(diagnose(records, host(), GPU))["host_to_device"]
+    assert found.share == pytest.approx(0.2) and found.severity == "high"
+    assert found.evidence["mean_copy_ms"] == pytest.approx(20.0)
+    assert found.evidence["copy_mib_per_step"] == pytest.approx(64.0)
+    assert found.evidence["copy_gb_per_s"] == pytest.approx(2**26 / 0.02 / 1e9)
+    assert found.evidence["pageable_fraction"] == 0.0
+
+
+def test_pageable_copies_flag_with_low_severity_when_cheap():
+    records = steps(20, compute=0.095, copy=0.001, copy_bytes=1000, pageable=800)
+    found = by_kind(diagnose(records, host(), GPU))["host_to_device"]
+    assert found.severity == "low" and found.evidence["pageable_fraction"] == pytest.approx(0.8)
+    assert "pin_memory=True" in found.snippet and "non_blocking=True" in found.snippet
+
+
+def test_no_copy_finding_on_the_cpu():
+    assert "host_to_device" not in by_kind(diagnose(steps(20, copy=0.05, copy_bytes=10**6), host(), CPU))
+
+
+def test_launch_overhead_when_device_idles_without_waits():
+    found = by_kind(diagnose(steps(20, compute=0.03, launches=500), host(), GPU))["launch_overhead"]
+    assert found.share == pytest.approx(0.7) and found.severity == "high"
+    assert found.evidence["device_busy"] == pytest.approx(0.3)
+    assert found.evidence["kernel_launches_per_step"] == pytest.approx(500)
+    assert found.evidence["idle_us_per_launch"] == pytest.approx(0.07 / 500 * 1e6)
+    assert "reduce-overhead" in found.snippet
+
+
+def test_idle_device_explained_by_input_is_not_launch_overhead():
+    report = diagnose(steps(20, compute=0.03, wait=0.06), host(), GPU)
+    assert "launch_overhead" not in by_kind(report) and report.verdict.primary == "input_bound"
+
+
+def test_sync_stall_share_and_per_step_count():
+    found = by_kind(diagnose(steps(20, compute=0.06, syncs=2, sync=0.02), host(), GPU))["sync_stall"]
+    assert found.share == pytest.approx(0.2) and found.severity == "high"
+    assert found.evidence["syncs_per_step"] == pytest.approx(2.0)
+    assert found.evidence["mean_sync_ms"] == pytest.approx(20.0)
+    assert ".item()" in found.snippet
+
+
+def test_sync_on_a_busy_gpu_costs_only_the_idle_share():
+    found = by_kind(diagnose(steps(20, compute=0.097, syncs=1, sync=0.03), host(), GPU))["sync_stall"]
+    assert found.evidence["sync_share"] == pytest.approx(0.3)
+    assert found.share == pytest.approx(0.03) and found.severity == "low"
+
+
+def test_cheap_syncs_on_the_cpu_are_not_reported():
+    assert "sync_stall" not in by_kind(diagnose(steps(20, syncs=1, sync=0.0001), host(), CPU))
+
+
+def test_small_batch_on_an_underfilled_gpu():
+    found = by_kind(diagnose(steps(20, compute=0.03, batch=8), host(), {**GPU, "batch_size": 8}))["small_batch"]
+    assert found.severity == "medium" and found.share == pytest.approx(0.7)
+    assert found.evidence["batch_size"] == 8 and "batch_size=32" in found.snippet
+
+
+def test_large_batch_is_not_small_and_cpu_short_step_is_low():
+    assert "small_batch" not in by_kind(diagnose(steps(20, compute=0.03), host(), GPU))
+    report = diagnose(steps(20, wall=0.002), host(), {**CPU, "batch_size": 4})
+    found = by_kind(report)["small_batch"]
+    assert (found.severity, found.share, found.confidence) == ("low", 0.0, "low")
+    assert any("small_batch on the CPU" in line for line in report.unmeasured)
+
+
+def test_float64_is_high_precision_finding():
+    report = diagnose(steps(20, wait=0.01, float64=12), host(), CPU)
+    found = by_kind(report)["precision"]
+    assert found.severity == "high" and found.share == pytest.approx(0.9)  # the 0.09 s of 0.1 the dtype governs
+    assert found.evidence["float64_ops_per_step"] == pytest.approx(12.0)
+    assert found.evidence["steps_with_float64"] == 20 and ".float()" in found.snippet
+
+
+def test_fp32_on_gpu_without_autocast_is_medium():
+    found = by_kind(diagnose(steps(20, compute=0.09), host(), {**GPU, "autocast_seen": False}))["precision"]
+    assert found.severity == "medium" and found.share == pytest.approx(0.9) and "bfloat16" in found.snippet
+
+
+def test_memory_pressure_peak_and_retries():
+    near = by_kind(diagnose(steps(20, compute=0.09), host(), {**GPU, "memory_peak_bytes": 76 * 2**30}))
+    assert near["memory_pressure"].severity == "low"
+    assert near["memory_pressure"].evidence["peak_fraction"] == pytest.approx(0.95)
+    retried = by_kind(diagnose(steps(20, compute=0.09), host(), {**GPU, "allocator_retries": 3}))
+    assert retried["memory_pressure"].severity == "medium"
+    assert retried["memory_pressure"].evidence["allocator_retries"] == 3
+
+
+def periodic(count, period, extra, base=0.1):
+    return [step(i, wall=base + (extra if i % period == period - 1 else 0.0)) for i in range(count)]
+
+
+def test_periodic_stall_every_10_steps():
+    report = diagnose(periodic(100, 10, 0.2), host(), CPU)
+    found = by_kind(report)["periodic_stall"]
+    assert found.evidence["period_steps"] == 10 and found.evidence["stalls"] == 10
+    assert found.evidence["extra_ms_per_stall"] == pytest.approx(200.0)
+    assert found.evidence["typical_step_ms"] == pytest.approx(100.0)
+    assert found.share == pytest.approx(2.0 / 12.0) and found.severity == "medium"
+    assert found.confidence == "high" and "% 10" in found.snippet
+
+
+def test_frequent_stalls_do_not_hide_in_their_own_sigma():
+    found = by_kind(diagnose(periodic(100, 5, 0.2), host(), CPU))["periodic_stall"]
+    assert found.evidence["period_steps"] == 5 and found.evidence["stalls"] == 20
+
+
+def test_a_single_outlier_is_not_periodic():
+    records = steps(100)
+    records[37] = step(37, wall=0.5)
+    assert "periodic_stall" not in by_kind(diagnose(records, host(), CPU))
+
+
+def test_two_stray_outliers_off_their_beat_are_not_periodic():
+    walls = [0.1] * 200
+    walls[13] = walls[58] = 0.4
+    flagged, _ = slow_outliers(walls)
+    assert flagged == {13, 58}
+    assert stall_period([13, 58], list(range(200))) is None  # the beat 13, 58, 103, 148, 193 has 2 of 5
+
+
+def test_noisy_steps_have_no_stalls():
+    rng = random.Random(0)
+    records = [step(i, wall=0.1 + rng.gauss(0.0, 0.002)) for i in range(300)]
+    report = diagnose(records, host(), CPU)
+    assert "periodic_stall" not in by_kind(report) and serious(report) == []
+
+
+def test_communication_and_straggler_only_with_ranks():
+    alone = diagnose(steps(20), host(), CPU)
+    assert not {"communication", "straggler"} & set(by_kind(alone))
+    assert not any("rank" in line or "communication" in line for line in alone.unmeasured)
+    unmeasured = diagnose(steps(20), host(), {**CPU, "world_size": 2}).unmeasured
+    assert any("communication" in line for line in unmeasured) and any("per-rank" in line for line in unmeasured)
+    context = {**CPU, "world_size": 4, "rank_step_times": [0.1, 0.1, 0.13, 0.1], "communication_wait_s": 0.4}
+    found = by_kind(diagnose(steps(20), host(), context))
+    assert found["communication"].share == pytest.approx(0.2) and found["communication"].severity == "high"
+    assert found["straggler"].evidence["slowest_rank"] == 2
+    assert found["straggler"].share == pytest.approx(0.03 / 0.13)
+    assert found["straggler"].evidence["slowdown"] == pytest.approx(1.3)
+
+
+def test_loader_and_model_throughput_formulas():
+    synchronous = diagnose(steps(20, wait=0.05, batch=32), host(), {**CPU, "batch_size": 32})
+    assert synchronous.loader_samples_per_s == pytest.approx(32 / 0.05)  # workers=0: the wait is the loader
+    assert synchronous.model_samples_per_s == pytest.approx(32 / 0.05)  # wall - wait
+    background = diagnose(steps(20, wait=0.05, batch=32), host(), {**CPU, "batch_size": 32, "loader_workers": 4})
+    assert background.loader_samples_per_s == pytest.approx(32 / 0.1)  # workers pace the steps
+
+
+def test_report_json_has_the_documented_keys():
+    report = diagnose(steps(20, wait=0.05, compute=0.04, syncs=1, sync=0.001), host(), GPU)
+    document = json.loads(json.dumps(report.to_json()))
+    # DESIGN.md documents verdict, findings, unmeasured; report.py adds the two throughputs and script_error.
+    assert {"verdict", "findings", "unmeasured"} <= set(document)
+    assert set(document) - {"verdict", "findings", "unmeasured"} == {"loader_samples_per_s", "model_samples_per_s",
+                                                                      "script_error"}
+    assert set(document["verdict"]) == {"primary", "device_busy", "data_wait", "steps", "device"}
+    assert document["verdict"]["primary"] in KINDS and document["findings"]
+    for finding in document["findings"]:
+        assert set(finding) == {"kind", "severity", "share", "evidence", "fix", "snippet", "gain", "confidence"}
+        assert finding["gain"] is None and finding["kind"] in KINDS
+    assert isinstance(document["unmeasured"], list)
+
+
+def test_unmeasured_is_copied_and_missing_context_is_named():
+    report = diagnose(steps(20), [], {"unmeasured": ["GPU utilization: NVML not found"], "script_error": "boom"})
+    assert report.unmeasured[0] == "GPU utilization: NVML not found"
+    assert any(line.startswith("device:") for line in report.unmeasured)
+    assert any(line.startswith("host CPU use:") for line in report.unmeasured)
+    assert report.script_error == "boom" and report.verdict.device == "unknown"
+
+
+def test_no_steps_or_unknown_keys_are_errors():
+    with pytest.raises(ValueError, match="no training step"):
+        diagnose([], host(), CPU)
+    with pytest.raises(ValueError, match="unknown context keys"):
+        diagnose(steps(5), host(), {**CPU, "devcie": "cpu"})
+
+
+def test_a_tiny_regular_wobble_is_not_a_stall():
+    # sigma of the rest is 0, so only STALL_MIN_EXCESS keeps a 0.1% wobble from being called a stall
+    assert "periodic_stall" not in by_kind(diagnose(periodic(100, 10, 0.0001), host(), CPU))
+
+
+def test_every_other_step_slower_is_a_rhythm_not_a_stall():
+    report = diagnose(periodic(100, 2, 0.02), host(), CPU)
+    assert "periodic_stall" not in by_kind(report) and report.verdict.primary == "compute_bound"
+
+
+def test_a_subject_the_instrumentation_already_explained_is_not_repeated():
+    context = {**GPU, "unmeasured": ["kernel launches: not counted"]}
+    report = diagnose(steps(20, compute=0.03), host(), context)
+    launches = [line for line in report.unmeasured if line.startswith("kernel launches")]
+    assert launches == ["kernel launches: not counted"]
