@@ -9,7 +9,7 @@ import sys
 from gpufeed.errors import GpufeedError
 
 # One module per command; each has `register(subparsers)` that sets `handler` on its parser.
-COMMANDS = ("info", "pack", "train", "bench")
+COMMANDS = ("info", "pack", "train", "bench", "plan", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,141 @@
+"""gpufeed doctor: run a training script unmodified, watch some steps, and say what holds it back."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+from rich.text import Text
+
+from gpufeed.cli.output import add_json_flag, console, emit_json, error_console
+from gpufeed.errors import GpufeedError
+
+EXAMPLES = """examples:
+  gpufeed doctor train.py --epochs 1                 # the script's own flags pass through
+  gpufeed doctor --steps 100 --json report.json train.py
+  gpufeed doctor -m mypackage.train --config small.yaml
+
+The script runs in this process as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would: its argv, sys.path[0],
+__name__ == "__main__", your working directory. Steps are found through the DataLoader, the optimizer's step, or
+else the model's forward and backward. After --warmup steps, --steps steps are watched; then the script is stopped
+and the report printed after the script's own output. The JSON goes to a file: the script shares standard output.
+Exit status: 0 a report, 1 the script raised or no training step was seen, 2 wrong input.
+"""
+TRY_NOT_IMPLEMENTED = "verified fixes (--try): not implemented yet; the fixes shown are not measured"
+
+
+def _count(minimum: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+    return parse
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("doctor", help="run your training script, watch it, and say what holds it back",
+                                   description="Runs a training script unmodified with instrumentation, watches "
+                                               "some steps, stops it, and reports where the step time goes.",
+                                   epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=_count(1), default=50, help="steps to watch (default 50)")
+    parser.add_argument("--warmup", type=_count(0), default=5, help="steps to let pass first (default 5)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                        help="stop the script when no step ends for this long (default 60)")
+    add_json_flag(parser, "write the report as JSON to PATH ('-': standard output, mixed with the script's own)")
+    parser.add_argument("--try", dest="try_fixes", action="store_true",
+                        help="measure what each fix gains (not implemented yet: the report says so)")
+    parser.add_argument("-m", dest="module", action="store_true", help="SCRIPT is a module, run as python -m")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
+                        help="the training script (or module, with -m) and its own arguments")
+    parser.set_defaults(handler=run)
+
+
+def _number(value) -> str:
+    if value is None:
+        return "NA"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def _rate(value: float | None) -> str:
+    return "NA" if value is None else f"{value:,.0f}"
+
+
+def _findings_table(report) -> Table:
+    table = Table(title="findings")
+    for column in ("kind", "severity", "share", "confidence", "evidence"):
+        table.add_column(column, justify="right" if column == "share" else "left")
+    for finding in report.findings:
+        evidence = ", ".join(f"{key} {_number(value)}" for key, value in finding.evidence.items())
+        table.add_row(finding.kind, finding.severity, f"{finding.share:.0%}", finding.confidence, Text(evidence))
+    return table
+
+
+def _show(report, watcher, problem: str | None, unmeasured: list[str]) -> None:
+    verdict = report.verdict if report is not None else None
+    if verdict is not None:
+        busy = "NA" if verdict.device_busy is None else f"{verdict.device_busy:.0%}"
+        console.print(f"[bold]verdict: {verdict.primary}[/bold] — {verdict.steps} steps on {verdict.device}, "
+                      f"waiting for data {verdict.data_wait:.0%} of the time, device busy {busy}")
+    if problem:
+        console.print(Text(f"watch incomplete: {problem}", style="bold red"))
+    if report is None:
+        _show_unmeasured(unmeasured)
+        return
+    console.print(_findings_table(report))
+    for finding in report.findings:
+        if finding.fix:
+            console.print(Text(f"{finding.kind}: {finding.fix}", style="bold"))
+        if finding.snippet:
+            console.print(Text("    " + finding.snippet.replace("\n", "\n    ")))
+    console.print(f"loader supplies {_rate(report.loader_samples_per_s)} samples/s; the model consumes "
+                  f"{_rate(report.model_samples_per_s)} samples/s when fed instantly (batch size from "
+                  f"{'the loader' if watcher.seen.get('batches') else 'the model input'})")
+    _show_unmeasured(report.unmeasured)
+
+
+def _show_unmeasured(lines: list[str]) -> None:
+    for line in lines:
+        if not line.startswith("watch incomplete: "):  # shown in bold above
+            console.print(Text(f"not measured: {line}", style="dim"))
+
+
+def _empty_report(watcher, error: str | None, unmeasured: list[str]) -> dict:
+    """The JSON shape with no watched step: a null verdict kind, no findings, and why."""
+    context = watcher.context(error, unmeasured)
+    return {"verdict": {"primary": None, "device_busy": None, "data_wait": None, "steps": 0,
+                        "device": context["device"]},
+            "findings": [], "unmeasured": context["unmeasured"], "loader_samples_per_s": None,
+            "model_samples_per_s": None, "script_error": error}
+
+
+def run(args) -> int:
+    from gpufeed.doctor.inject import check_target, run_script
+    from gpufeed.doctor.watch import Watcher
+
+    if not args.command:
+        raise GpufeedError("give the training script: gpufeed doctor SCRIPT [ARGS...] (or -m MODULE [ARGS...])")
+    target, script_args = args.command[0], args.command[1:]
+    check_target(target, args.module)
+    if args.json not in (None, "-") and not Path(args.json).parent.exists():
+        raise GpufeedError(f"cannot write {args.json}: folder {Path(args.json).parent} does not exist; create it first")
+    if args.json == "-":
+        error_console.print("warning: --json - mixes the report with the script's own standard output")
+    error_console.print(f"gpufeed doctor: running {'-m ' if args.module else ''}{target}; watching {args.steps} "
+                        f"steps after {args.warmup} warm-up steps; stopping after {args.timeout:g} s without a step")
+    watcher = Watcher(steps=args.steps, warmup=args.warmup)
+    outcome = run_script(target, script_args, args.module, watcher, timeout_s=args.timeout)
+    unmeasured = [TRY_NOT_IMPLEMENTED] if args.try_fixes else []
+    problem = outcome.problem
+    if problem and outcome.error is None:
+        unmeasured.insert(0, f"watch incomplete: {problem}")
+    records = watcher.records
+    report = watcher.report(outcome.error, unmeasured) if records else None
+    if args.json != "-":
+        _show(report, watcher, problem, unmeasured if report is None else [])
+    emit_json(report.to_json() if report is not None else _empty_report(watcher, outcome.error, unmeasured),
+              args.json)
+    return 1 if outcome.error is not None or outcome.timed_out or not records else 0

@@ -1,0 +1,334 @@
+"""Watch a training loop: one `StepRecord` per step, saying where the step's wall time went.
+
+The `Watcher` is told about events (a batch handed out after a wait, a host-to-device copy, a host wait on the
+device, a step boundary) by the instrumentation in inject.py or by the `watch()` wrapper; it keeps the records.
+
+Step boundaries come from four sources, in priority order: `w.step()` ("manual"), an optimizer step (the global
+post-hook: "optimizer"), the loader handing out a batch ("loader"), and the outermost module's forward that
+follows a backward pass ("forward"). The highest-priority source seen so far is the step clock; boundaries from
+lower ones are ignored. When a higher source first fires, counting restarts there (in a typical loop that happens
+inside the first step, so nothing watched is lost). The first boundary of the clock only marks a start; the next
+`warmup` steps are discarded; then `steps` records are kept and `done` turns True.
+
+Compute time (`compute_s`) is measured only on CUDA: events recorded on the current stream from the step's start
+(or a batch's arrival) to the step's end (or the next wait for a batch), summed; it includes idle gaps between
+kernels when the loop is launch-bound. Events are read back only when `records` is asked for (one synchronize).
+Off CUDA it is None: the device is the host, so wall time minus data wait is the compute.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import psutil
+import torch
+
+from gpufeed.doctor.inject import Instrumentation, first_tensor
+from gpufeed.measure.steps import HostSample, StepRecord
+
+SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
+_ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
+              "sync_s": 0.0, "batch_size": None, "float64_ops": 0}
+
+
+def batch_size_of(batch: Any) -> int | None:
+    """Samples in a batch: dim 0 of its first tensor (through tuples, lists and dicts), else the length of its
+    last item (the labels, as a list), else None."""
+    tensor = first_tensor(batch)
+    if tensor is not None:
+        return int(tensor.shape[0]) if tensor.dim() > 0 else None
+    items = list(batch.values()) if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else []
+    labels = items[-1] if items else None
+    return len(labels) if isinstance(labels, (list, tuple)) else None
+
+
+def _device_seconds(regions: list) -> float:
+    """Seconds between each pair of CUDA events, summed (waits for each end event: Event.synchronize is not one
+    of the patched calls, so reading them does not count as a stall)."""
+    total_ms = 0.0
+    for start, end in regions:
+        end.synchronize()
+        total_ms += start.elapsed_time(end)
+    return total_ms / 1000.0
+
+
+class _HostSampler:
+    """Background readings every `interval_s` (10 Hz): CPU per core (psutil) and, once the script has started
+    CUDA, NVML utilization and memory of CUDA device 0. This thread never initialises CUDA itself."""
+
+    def __init__(self, start_s: float, interval_s: float = 0.1):
+        self.samples: list[HostSample] = []
+        self._start_s, self._interval_s = start_s, interval_s
+        self._nvml_index: int | None = None
+        self._stop = threading.Event()
+        psutil.cpu_percent(percpu=True)  # the first call only starts psutil's interval
+        self._thread = threading.Thread(target=self._run, name="gpufeed-doctor-sampler", daemon=True)
+        self._thread.start()
+
+    def _gpu(self) -> tuple[float | None, int | None]:
+        from gpufeed.hardware import nvml
+        from gpufeed.hardware.na import is_na
+
+        if self._nvml_index is None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            from gpufeed.hardware.probe import nvml_index_for_cuda
+
+            index = nvml_index_for_cuda(0)
+            self._nvml_index = -1 if is_na(index) else index
+        if self._nvml_index is None or self._nvml_index < 0:
+            return None, None
+        utilization, used = nvml.utilization_percent(self._nvml_index), nvml.memory_bytes(self._nvml_index, "used")
+        return (None if is_na(utilization) else float(utilization)), (None if is_na(used) else int(used))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            per_core = tuple(float(value) for value in psutil.cpu_percent(percpu=True))
+            utilization, used = self._gpu()
+            self.samples.append(HostSample(time.perf_counter() - self._start_s,
+                                           sum(per_core) / len(per_core) if per_core else None, per_core,
+                                           utilization, used))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=1.0)
+
+
+class Watcher:
+    """Collects `steps` StepRecords after `warmup` steps. `device` is "cpu", "cuda" or None (found out: the first
+    CUDA parameter, input or copy seen makes it "cuda")."""
+
+    def __init__(self, steps: int = 50, warmup: int = 5, device: str | None = None):
+        if steps < 1 or warmup < 0:
+            raise ValueError(f"steps must be at least 1 and warmup at least 0, got {steps} and {warmup}")
+        self.steps, self.warmup, self.device = steps, warmup, device
+        self.done = False
+        self.source: str | None = None  # the step clock, one of SOURCES
+        self.steps_closed = 0  # steps ended by the clock, warm-up included
+        self.boundaries = 0  # every accepted boundary, for the watchdog: has anything moved?
+        self.forward_batch_size: int | None = None  # rows of the last outermost forward's input
+        self.seen: Counter = Counter()  # forwards, backwards, optimizer steps, batches, loaders: what happened
+        self.float64_seen = False
+        self.autocast_seen: bool | None = None  # an outermost forward ran under torch.autocast (None: none seen)
+        self.loader_workers: int | None = None
+        self.loader_pin_memory: bool | None = None
+        self.threads: int | None = None  # torch's intra-op threads as the script left them (None: read now)
+        self.notes: list[str] = []  # what instrumentation could not measure, for the report's unmeasured list
+        self._start_s = self._last_s = time.perf_counter()
+        self._sampler: _HostSampler | None = None
+        self._raw: list[tuple[dict, list]] = []  # closed steps past warm-up: fields, CUDA event pairs
+        self._step, self._regions, self._region_start = dict(_ZERO_STEP), [], None
+
+    # --- lifetime -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._start_s = self._last_s = time.perf_counter()
+        if self._sampler is None:
+            self._sampler = _HostSampler(self._start_s)
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.close()
+
+    # --- events -------------------------------------------------------------------------------------------
+    def note_device(self, device: torch.device) -> None:
+        if device.type == "cuda" and self.device != "cuda":
+            self.device = "cuda"
+
+    def on_wait_start(self) -> None:
+        """The loop asks for the next batch: the device's share of the step pauses here (CUDA)."""
+        self._close_region()
+
+    def on_batch_wait(self, seconds: float, batch: Any) -> None:
+        """A batch arrived after `seconds` blocked in the loader's __next__."""
+        if self.done:
+            return
+        self.seen["batches"] += 1
+        self._step["data_wait_s"] += seconds
+        self.step_boundary("loader")
+        size = batch_size_of(batch)
+        if size is not None:
+            self._step["batch_size"] = (self._step["batch_size"] or 0) + size
+        self._open_region()
+
+    def on_forward_input(self, size: int) -> None:
+        """The outermost forward's input has `size` rows: the batch size, when no loader said it."""
+        self.forward_batch_size = size
+        if self.source == "forward" and self._step["batch_size"] is None:
+            self._step["batch_size"] = size
+
+    def on_copy(self, seconds: float, nbytes: int, pinned: bool) -> None:
+        if not self.done:
+            step = self._step
+            step["copy_s"] += seconds
+            step["copy_bytes"] += nbytes
+            step["copy_pageable_bytes"] += 0 if pinned else nbytes
+
+    def on_sync(self, seconds: float) -> None:
+        if not self.done:
+            self._step["sync_count"] += 1
+            self._step["sync_s"] += seconds
+
+    def on_float64(self) -> None:
+        self.float64_seen = True
+
+    def step_boundary(self, source: str = "manual") -> bool:
+        """End the current step by `source`; False when a higher-priority source is the clock (ignored)."""
+        if self.done:
+            return False
+        rank = SOURCES.index(source)
+        if self.source is not None and rank < SOURCES.index(self.source):
+            return False
+        now = time.perf_counter()
+        self.boundaries += 1
+        self._close_region()
+        if self.source != source:  # the first boundary of a (better) clock: start counting here
+            self.source, self.steps_closed, self._raw = source, 0, []
+        else:
+            self.steps_closed += 1
+            if self.steps_closed > self.warmup:
+                fields = dict(self._step, index=len(self._raw), start_s=self._last_s - self._start_s,
+                              wall_s=now - self._last_s)
+                self._raw.append((fields, self._regions))
+                self.done = len(self._raw) >= self.steps
+        self._step, self._regions, self._last_s = dict(_ZERO_STEP), [], now
+        self._open_region()
+        return True
+
+    # --- CUDA compute regions -----------------------------------------------------------------------------
+    def _cuda_active(self) -> bool:
+        return (self.device == "cuda" and not self.done and torch.cuda.is_initialized()
+                and not torch.cuda.is_current_stream_capturing())
+
+    def _open_region(self) -> None:
+        if self._region_start is None and self._cuda_active():
+            self._region_start = torch.cuda.Event(enable_timing=True)
+            self._region_start.record()
+
+    def _close_region(self) -> None:
+        if self._region_start is not None:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._regions.append((self._region_start, end))
+            self._region_start = None
+
+    # --- results ------------------------------------------------------------------------------------------
+    @property
+    def records(self) -> list[StepRecord]:
+        """The watched steps (on CUDA this waits for the events it reads)."""
+        return [StepRecord(**fields, kernel_launches=None, compute_s=_device_seconds(regions) if regions else None)
+                for fields, regions in self._raw]
+
+    @property
+    def samples(self) -> list[HostSample]:
+        """The background readings taken while the watched steps ran (all of them when none was watched)."""
+        samples = list(self._sampler.samples) if self._sampler is not None else []
+        if self._raw:
+            first, last = self._raw[0][0], self._raw[-1][0]
+            begin_s, end_s = first["start_s"], last["start_s"] + last["wall_s"]
+            samples = [sample for sample in samples if begin_s <= sample.time_s <= end_s + 0.1] or samples
+        return samples
+
+    def context(self, script_error: str | None = None, unmeasured: Iterable[str] = ()) -> dict:
+        """What `rules.diagnose` needs besides the records and samples."""
+        from gpufeed.doctor.inject import device_memory
+
+        device = self.device or "cpu"
+        if device == "cuda" and torch.cuda.is_initialized():
+            device = f"cuda:{torch.cuda.current_device()} ({torch.cuda.get_device_name()})"
+        lines = list(unmeasured) + self.notes
+        if self.device != "cuda":
+            lines += ["host-to-device copies: the device is the CPU",
+                      "sync stalls: the device is the CPU (.item() does not wait for a device)",
+                      "device compute time: the device is the CPU; wall time minus data wait is the compute"]
+        lines.append("kernel launches: not counted")
+        if self.float64_seen:
+            lines.append("float64 operations per step: not counted; a float64 model input or parameter was seen")
+        memory = device_memory(self.device == "cuda", lines)
+        sizes = Counter(record["batch_size"] for record, _ in self._raw if record["batch_size"] is not None)
+        return {"device": device, "unmeasured": lines, "cpu_count": os.cpu_count(),
+                "threads": self.threads or torch.get_num_threads(), "loader_workers": self.loader_workers,
+                "loader_pin_memory": self.loader_pin_memory,
+                "batch_size": sizes.most_common(1)[0][0] if sizes else self.forward_batch_size,
+                "dtype_float64_seen": self.float64_seen, "autocast_seen": self.autocast_seen,
+                "script_error": script_error, **memory}
+
+    def report(self, script_error: str | None = None, unmeasured: Iterable[str] = ()):
+        """The doctor's Report on what was watched (`rules.diagnose`)."""
+        from gpufeed.doctor.rules import diagnose
+
+        return diagnose(self.records, self.samples, self.context(script_error, unmeasured))
+
+
+class Watch:
+    """What `watch()` returns: an iterable wrapper and a context manager around one `Watcher`."""
+
+    def __init__(self, iterable: Iterable | None, steps: int, warmup: int):
+        self.watcher = Watcher(steps=steps, warmup=warmup)
+        self._iterable = iterable
+        self._instrumentation: Instrumentation | None = None
+        if iterable is not None:
+            self.watcher.loader_workers = getattr(iterable, "num_workers", None)
+            self.watcher.loader_pin_memory = getattr(iterable, "pin_memory", None)
+
+    def _install(self, patch_loader: bool) -> None:
+        if self._instrumentation is None:
+            self.watcher.start()
+            self._instrumentation = Instrumentation(self.watcher, patch_loader=patch_loader)
+            self._instrumentation.install()
+
+    def _remove(self) -> None:
+        if self._instrumentation is not None:
+            self._instrumentation.remove()
+            self._instrumentation = None
+        self.watcher.close()
+
+    def __enter__(self) -> Watch:
+        self._install(patch_loader=self._iterable is None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._remove()
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator:
+        if self._iterable is None:
+            raise TypeError("watch() was given nothing to iterate: use watch(loader), or `with watch() as w`")
+        owner = self._instrumentation is None
+        self._install(patch_loader=False)
+        iterator, watcher = iter(self._iterable), self.watcher
+        try:
+            while True:
+                watcher.on_wait_start()
+                start = time.perf_counter()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+                watcher.on_batch_wait(time.perf_counter() - start, batch)
+                yield batch
+        finally:
+            if owner:
+                self._remove()
+
+    def step(self) -> None:
+        """Mark the end of a training step (outranks every other step clock)."""
+        self.watcher.step_boundary("manual")
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.watcher.records
+
+    def report(self):
+        """The doctor's Report (`rules.diagnose`) on the steps watched so far."""
+        return self.watcher.report()
+
+
+def watch(iterable: Iterable | None = None, *, steps: int = 50, warmup: int = 5) -> Watch:
+    """Watch a training loop from inside it: `for batch in watch(loader): ...`, or `with watch() as w: ...
+    w.step()`. Records `steps` steps after `warmup`, then stops recording; `.records` and `.report()` any time."""
+    return Watch(iterable, steps, warmup)

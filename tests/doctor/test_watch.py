@@ -1,0 +1,184 @@
+"""The Watcher's step clock and records, and `watch()` as a wrapper and as a context manager, on the CPU."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+import torch
+from torch import nn
+from torch.optim import optimizer as optim_module
+from torch.utils.data import DataLoader, Dataset
+
+from gpufeed.doctor.watch import Watcher, batch_size_of, watch
+
+
+class SlowDataset(Dataset):
+    """Sample i is the vector [i, i, i] and label i % 3; each takes `delay_s` to load."""
+
+    def __init__(self, size: int = 96, delay_s: float = 0.002):
+        self.size, self.delay_s = size, delay_s
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index: int):
+        time.sleep(self.delay_s)
+        return torch.full((3,), float(index)), index % 3
+
+
+def train_step(model: nn.Module, optimizer, inputs, labels) -> None:
+    loss = nn.functional.cross_entropy(model(inputs), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def test_the_first_boundary_starts_and_warmup_is_discarded() -> None:
+    watcher = Watcher(steps=3, warmup=2)
+    for _ in range(5):  # a start, 2 warm-up steps, 2 watched
+        watcher.step_boundary("manual")
+    assert watcher.steps_closed == 4 and len(watcher.records) == 2 and not watcher.done
+    watcher.step_boundary("manual")
+    assert watcher.done and [r.index for r in watcher.records] == [0, 1, 2]
+    assert not watcher.step_boundary("manual") and len(watcher.records) == 3  # done: nothing more
+
+
+def test_a_better_clock_takes_over_and_a_worse_one_is_ignored() -> None:
+    watcher = Watcher(steps=10, warmup=0)
+    for _ in range(4):
+        watcher.on_batch_wait(0.0, torch.zeros(5, 2))  # the loader's clock: a start and 3 steps
+    assert watcher.source == "loader" and len(watcher.records) == 3
+    assert watcher.step_boundary("optimizer")  # the optimizer's clock: counting restarts here
+    assert watcher.source == "optimizer" and watcher.records == []
+    watcher.on_batch_wait(0.25, torch.zeros(5, 2))
+    assert not watcher.step_boundary("loader") and not watcher.step_boundary("forward")
+    watcher.step_boundary("optimizer")
+    (record,) = watcher.records
+    assert record.data_wait_s == 0.25 and record.batch_size == 5
+
+
+def test_events_land_in_the_step_they_happen_in() -> None:
+    watcher = Watcher(steps=2, warmup=0)
+    watcher.step_boundary()
+    watcher.on_copy(0.5, 100, pinned=False)
+    watcher.on_copy(0.25, 60, pinned=True)
+    watcher.on_sync(0.125)
+    watcher.on_sync(0.125)
+    watcher.step_boundary()
+    watcher.step_boundary()
+    first, second = watcher.records
+    assert (first.copy_s, first.copy_bytes, first.copy_pageable_bytes) == (0.75, 160, 100)
+    assert (first.sync_count, first.sync_s) == (2, 0.25)
+    assert (second.copy_bytes, second.sync_count, second.batch_size) == (0, 0, None)
+
+
+def test_batch_size_of_common_batches() -> None:
+    assert batch_size_of(torch.zeros(7, 3)) == 7
+    assert batch_size_of((torch.zeros(5, 3), torch.zeros(5))) == 5
+    assert batch_size_of({"image": torch.zeros(6, 3), "label": [0] * 6}) == 6
+    assert batch_size_of([["a", "b", "c"], ["x", "y", "z"]]) == 3  # strings: the labels' length
+    assert batch_size_of(torch.tensor(1.0)) is None and batch_size_of(object()) is None
+
+
+def test_watch_wraps_a_loader_yields_the_same_batches_and_records_the_waits() -> None:
+    torch.manual_seed(0)
+    dataset = SlowDataset()
+    loader = DataLoader(dataset, batch_size=4)
+    expected = [batch for batch in DataLoader(dataset, batch_size=4)]
+    model, seen = nn.Linear(3, 3), []
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    watched = watch(loader, steps=10, warmup=2)
+    hooks = len(optim_module._global_optimizer_post_hooks)
+    for inputs, labels in watched:
+        seen.append((inputs, labels))
+        train_step(model, optimizer, inputs, labels)
+    assert len(optim_module._global_optimizer_post_hooks) == hooks  # removed when the loop ended
+    assert len(seen) == len(expected) == 24
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(seen, expected, strict=True))
+    records = watched.records
+    assert len(records) == 10 and watched.watcher.source == "optimizer" and watched.watcher.loader_workers == 0
+    assert all(record.batch_size == 4 and record.data_wait_s >= 4 * 0.002 for record in records)
+
+
+def test_breaking_out_of_a_watched_loop_removes_the_hooks() -> None:
+    hooks = len(optim_module._global_optimizer_post_hooks)
+    for index, _ in enumerate(watch(range(100), steps=5, warmup=0)):
+        assert len(optim_module._global_optimizer_post_hooks) == hooks + 1
+        if index == 10:
+            break
+    assert len(optim_module._global_optimizer_post_hooks) == hooks
+
+
+def test_watch_as_a_context_manager_with_explicit_steps() -> None:
+    watched = watch(steps=6, warmup=1)
+    with watched as w:
+        for _ in range(12):
+            time.sleep(0.01)
+            w.step()
+    records = w.records
+    assert len(records) == 6 and w.watcher.done and w.watcher.source == "manual"
+    assert all(0.01 <= record.wall_s < 0.5 for record in records)
+    assert all(b.start_s >= a.start_s + a.wall_s - 1e-9 for a, b in zip(records, records[1:], strict=False))
+
+
+def test_watch_as_a_context_manager_finds_the_optimizer_steps() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(SlowDataset(size=40, delay_s=0.001), batch_size=2)
+    with watch(steps=5, warmup=1) as w:
+        for inputs, labels in loader:  # the DataLoader is patched inside the with-block
+            train_step(model, optimizer, torch.cat([inputs, inputs, inputs[:, :2]], dim=1), labels)
+    assert w.watcher.source == "optimizer" and len(w.records) == 5
+    assert all(record.batch_size == 2 and record.data_wait_s >= 2 * 0.001 for record in w.records)
+
+
+def test_host_samples_are_taken_in_the_background() -> None:
+    with watch(steps=30, warmup=0) as w:
+        for _ in range(31):
+            time.sleep(0.02)
+            w.step()
+    samples = w.watcher.samples  # those taken while the 30 steps ran: 0.6 s or more
+    assert len(samples) >= 3  # 10 Hz, give or take a slow start
+    assert all(len(sample.cpu_per_core_percent) == psutil.cpu_count() for sample in samples)
+    assert all(sample.gpu_utilization_percent is None for sample in samples)  # no CUDA used here
+
+
+def test_watch_report_uses_the_rules() -> None:
+    pytest.importorskip("gpufeed.doctor.rules")
+    loader = DataLoader(SlowDataset(size=48, delay_s=0.004), batch_size=4)
+    model = nn.Linear(3, 3)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    watched = watch(loader, steps=8, warmup=1)
+    for inputs, labels in watched:
+        train_step(model, optimizer, inputs, labels)
+    report = watched.report()
+    assert report.verdict.steps == 8 and report.verdict.device == "cpu"
+    assert report.verdict.primary == "input_bound"  # 16 ms of sleeping per step against a tiny model
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_copies_waits_and_compute_are_recorded() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 256)).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    pageable = torch.randn(64, 256)
+    pinned, nbytes = pageable.pin_memory(), pageable.nelement() * pageable.element_size()
+    with watch(steps=4, warmup=1) as w:
+        for step in range(6):  # a start, a warm-up step, 4 watched: pageable, pinned, pageable, pinned
+            inputs = (pinned if step % 2 else pageable).to("cuda", non_blocking=True)
+            loss = model(inputs).square().mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            loss.item()  # the host waits for the device
+            w.step()
+    records = w.records
+    assert w.watcher.device == "cuda" and len(records) == 4
+    assert [r.copy_bytes for r in records] == [nbytes] * 4
+    assert [r.copy_pageable_bytes for r in records] == [nbytes, 0, nbytes, 0]
+    assert all(r.sync_count >= 1 and r.sync_s > 0 for r in records)
+    assert all(r.compute_s is not None and 0 < r.compute_s <= r.wall_s * 1.05 for r in records)
+    assert w.watcher.context()["memory_peak_bytes"] > 0
