@@ -93,14 +93,15 @@ def rank_gpus(catalog: Sequence[GpuSpec], memory: MemoryLike, compute: ComputeEs
     return fitting + others
 
 
-def _duration(hours: float) -> str:
+def duration_text(hours: float) -> str:
+    """Hours as a person reads them: 3.2 h, 14 min, 40 s."""
     if hours >= 1:
         return f"{hours:.1f} h"
     return f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
 
 
 def _hours_text(option: GpuOption) -> str:
-    return f"{_duration(option.hours)} ({_duration(option.hours_low)} to {_duration(option.hours_high)})"
+    return f"{duration_text(option.hours)} ({duration_text(option.hours_low)} to {duration_text(option.hours_high)})"
 
 
 def recommend(options: Sequence[GpuOption], target_hours: float | None = None) -> str:

@@ -145,10 +145,10 @@ def _train_step(run: _Run, images: torch.Tensor, labels: torch.Tensor) -> torch.
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate_at(run.step, run.total_steps, run.config.peak_learning_rate,
                                        run.config.warmup_fraction)
+    run.optimizer.zero_grad(set_to_none=True)  # before the forward: the old gradients are not held through it
     with run.precision.autocast(run.context.device):
         logits = run.trained(images)  # (B, classes)
         loss = F.cross_entropy(logits, labels, label_smoothing=run.config.label_smoothing)
-    run.optimizer.zero_grad(set_to_none=True)
     if run.scaler is not None:
         run.scaler.scale(loss).backward()
         run.scaler.step(run.optimizer)

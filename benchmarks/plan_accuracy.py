@@ -1,0 +1,233 @@
+"""Planner accuracy: the peak memory of a training step predicted by `gpufeed.plan.memory` against the measured one.
+
+    python benchmarks/plan_accuracy.py [--device cpu|cuda]
+
+For each case (MLPs of several depths, the project's CNN and ResNet-18, a small transformer encoder on token
+embeddings and one on token ids; Adam(W) and SGD with momentum; several batch sizes; fp32 and bf16 autocast):
+- predicted: `estimate_memory(...).peak_bytes`, a fake-tensor trace (nothing allocated);
+- measured, by a path that shares nothing with the planner's (no dispatch mode, no fake tensors, no weak
+  references): the real step, the same loop (zero_grad -> forward -> cross-entropy -> backward -> step, twice;
+  logits and loss held until the step ends), torch's default optimizer settings for the device.
+  CPU: run under `torch.profiler.profile(profile_memory=True)`; the CPU allocator reports every allocation and
+  free; model, optimizer and batch are all allocated inside the profile, so the running sum of those events is
+  the live total, and the measured peak is its maximum inside the second step.
+  CUDA: `torch.cuda.max_memory_allocated()` over the second step, against the prediction less
+  CUDA_CONTEXT_BYTES (the allocator does not count the context).
+- baseline: accelerate's `estimate-memory` figure ("Training using Adam", batch-independent: the largest of its
+  per-item sizes) from accelerate's own functions, when accelerate is importable.
+Target: |error| <= 10% on every case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch._C._profiler import _EventType
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory
+from gpufeed.train.models import build_model
+
+VOCABULARY = 1000
+
+
+class TransformerClassifier(nn.Module):
+    """nn.TransformerEncoder (post-norm, ReLU, dropout 0.1) on (B, T, d) embeddings, or on (B, T) token ids
+    through an nn.Embedding; mean over tokens -> Linear head."""
+
+    def __init__(self, d: int = 128, heads: int = 4, layers: int = 2, classes: int = 10, tokens: bool = False):
+        super().__init__()
+        self.embedding = nn.Embedding(VOCABULARY, d) if tokens else None
+        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, batch_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = nn.Linear(d, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embedding is not None:
+            x = self.embedding(x)  # (B, T) -> (B, T, d)
+        return self.head(self.encoder(x).mean(1))  # (B, T, d) -> (B, d) -> (B, classes)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    factory: Callable[[], nn.Module]
+    input_shape: tuple[int, ...]
+    optimizer: str
+    batch_size: int
+    precision: str = "fp32"
+    input_dtype: torch.dtype = torch.float32
+    options: dict = field(default_factory=dict)  # channels_last, zero_grad_after_forward
+
+
+def image_model(name: str, **arguments) -> Callable[[], nn.Module]:
+    return lambda: build_model(name, (3, 32, 32), 10, **arguments)
+
+
+CASES = (
+    Case("mlp 3072-512-256-10", image_model("mlp"), (3, 32, 32), "adamw", 32),
+    Case("mlp 3072-512-256-10", image_model("mlp"), (3, 32, 32), "sgd", 512),
+    Case("mlp 4 x 1024 hidden", image_model("mlp", hidden=(1024,) * 4), (3, 32, 32), "adam", 64),
+    Case("linear 3072-10", image_model("mlp", hidden=()), (3, 32, 32), "sgd", 256),
+    Case("cnn (width 32)", image_model("cnn"), (3, 32, 32), "adamw", 32),
+    Case("cnn (width 32)", image_model("cnn"), (3, 32, 32), "sgd", 256),
+    Case("cnn (width 32)", image_model("cnn"), (3, 32, 32), "adamw", 128, "bf16"),
+    Case("cnn, gpufeed train's loop", image_model("cnn"), (3, 32, 32), "adamw", 128,
+         options=dict(channels_last=True, zero_grad_after_forward=True)),
+    Case("resnet18", image_model("resnet18"), (3, 32, 32), "adamw", 8),
+    Case("resnet18", image_model("resnet18"), (3, 32, 32), "sgd", 32),
+    Case("resnet18", image_model("resnet18"), (3, 32, 32), "sgd", 32, "bf16"),
+    Case("transformer d128 x2, T=64", TransformerClassifier, (64, 128), "adamw", 16),
+    Case("transformer d128 x2, T=64", TransformerClassifier, (64, 128), "sgd", 64),
+    Case("transformer + embedding", lambda: TransformerClassifier(tokens=True), (128,), "adamw", 32,
+         input_dtype=torch.long),
+)
+
+
+def make_optimizer(name: str, parameters) -> torch.optim.Optimizer:
+    """Torch's defaults (foreach chosen by torch for the device); SGD with momentum 0.9."""
+    if name == "sgd":
+        return torch.optim.SGD(parameters, lr=0.01, momentum=0.9)
+    return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(parameters, lr=1e-3)
+
+
+def make_batch(case: Case, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    shape = (case.batch_size, *case.input_shape)
+    if case.input_dtype == torch.long:
+        inputs = torch.randint(0, VOCABULARY, shape, device=device)
+    else:
+        inputs = torch.randn(shape, device=device, dtype=case.input_dtype)
+    if case.options.get("channels_last"):
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    return inputs, torch.randint(0, 10, (case.batch_size,), device=device)
+
+
+def build(case: Case, device: torch.device):
+    model = case.factory().to(device)
+    if case.options.get("channels_last"):
+        model = model.to(memory_format=torch.channels_last)
+    return model, make_optimizer(case.optimizer, model.parameters()), *make_batch(case, device)
+
+
+def train_step(model, optimizer, inputs, labels, case: Case) -> None:
+    after = case.options.get("zero_grad_after_forward", False)
+    autocast = (torch.autocast(inputs.device.type, dtype=torch.bfloat16) if case.precision == "bf16"
+                else contextlib.nullcontext())
+    if not after:
+        optimizer.zero_grad(set_to_none=True)
+    with autocast:
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, labels)
+    if after:
+        optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+
+
+def measured_peak_cpu(case: Case) -> int:
+    """The largest running sum of the CPU allocator's events within the second step."""
+    torch.manual_seed(0)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        model, optimizer, inputs, labels = build(case, torch.device("cpu"))
+        for step in range(2):
+            with record_function(f"step {step}"):
+                train_step(model, optimizer, inputs, labels, case)
+        del model, optimizer, inputs, labels
+    events, pending = [], list(profiler.profiler.kineto_results.experimental_event_tree())
+    while pending:
+        event = pending.pop()
+        events.append(event)
+        pending.extend(event.children)
+    second = next(event for event in events if event.name == "step 1")
+    allocations = sorted((e for e in events if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns)
+    live, peak = 0, 0
+    for event in allocations:
+        live += event.extra_fields.alloc_size
+        if second.start_time_ns <= event.start_time_ns <= second.end_time_ns:
+            peak = max(peak, live)
+    return peak
+
+
+def measured_peak_cuda(case: Case) -> int:
+    torch.manual_seed(0)
+    model, optimizer, inputs, labels = build(case, torch.device("cuda"))
+    train_step(model, optimizer, inputs, labels, case)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    train_step(model, optimizer, inputs, labels, case)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated()
+
+
+def accelerate_estimate(case: Case) -> int | None:
+    """accelerate's `estimate-memory` "Training using Adam" figure for this model, or None without accelerate."""
+    try:
+        from accelerate import init_empty_weights
+        from accelerate.commands.estimate import estimate_training_usage
+        from accelerate.utils import calculate_maximum_sizes
+    except ImportError:
+        return None
+    with init_empty_weights():
+        model = case.factory()
+    total_size, _largest_layer = calculate_maximum_sizes(model)
+    return max(estimate_training_usage(total_size, "bfloat16" if case.precision == "bf16" else "float32").values())
+
+
+def cpu_name() -> str:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as cpuinfo:
+            return next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "CPU")
+    return platform.processor() or "CPU"
+
+
+def megabytes(nbytes: int | None) -> str:
+    return "n/a" if nbytes is None else f"{nbytes / 1e6:,.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    device_name = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
+    try:
+        import accelerate
+        baseline = f"accelerate {accelerate.__version__}"
+    except ImportError:
+        baseline = "accelerate is not importable here: its column is n/a"
+    print(f"conditions: {time.strftime('%Y-%m-%d')}, device {args.device} ({device_name}), torch "
+          f"{torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, python "
+          f"{platform.python_version()}; {baseline}")
+    print("| model | optimizer | precision | batch | predicted MB | measured MB | predicted - measured, bytes | error "
+          "| accelerate MB | its error |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    errors = []
+    for case in CASES:
+        estimate = estimate_memory(case.factory, case.input_shape, case.batch_size, 10, case.optimizer,
+                                   case.precision, args.device, input_dtype=case.input_dtype, **case.options)
+        if args.device == "cuda":
+            predicted, measured = estimate.peak_bytes - CUDA_CONTEXT_BYTES, measured_peak_cuda(case)
+        else:
+            predicted, measured = estimate.peak_bytes, measured_peak_cpu(case)
+        error = (predicted - measured) / measured
+        errors.append(abs(error))
+        baseline_bytes = accelerate_estimate(case)
+        baseline_error = "n/a" if baseline_bytes is None else f"{(baseline_bytes - measured) / measured:+.0%}"
+        print(f"| {case.name} | {case.optimizer} | {case.precision} | {case.batch_size} | {megabytes(predicted)} | "
+              f"{megabytes(measured)} | {predicted - measured:+,} | {error:+.2%} | {megabytes(baseline_bytes)} | "
+              f"{baseline_error} |")
+    verdict = "met" if max(errors) <= 0.10 else "NOT met"
+    print(f"largest |error| {max(errors):.2%}, median {sorted(errors)[len(errors) // 2]:.2%}: "
+          f"target ±10% on every case {verdict}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""`make_plan`: for a model and a dataset, the device memory, compute, host and the GPUs ranked, as one `Plan`."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from gpufeed.errors import ConfigError
+from gpufeed.hardware.catalog import find_gpu, load_catalog, peak_tflops
+from gpufeed.hardware.na import is_na
+from gpufeed.plan.compute import ComputeEstimate, calibrate_mfu, estimate_compute, samples_per_second
+from gpufeed.plan.memory import MemoryEstimate, estimate_memory, max_batch_size
+from gpufeed.plan.rank import GpuOption, rank_gpus, recommend
+from gpufeed.plan.system import HostPlan, plan_host
+from gpufeed.train.models import MODELS, build_model
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    model: str  # a name from train.models, or path/to/file.py:factory
+    input_shape: tuple[int, ...]  # one sample, e.g. (3, 224, 224)
+    num_classes: int = 10
+    batch_size: int = 256  # per GPU
+    optimizer: str = "adamw"
+    precision: str = "bf16"
+    dataset_size: int = 50_000
+    epochs: int = 10
+    gpus: int = 1
+    target_hours: float | None = None
+    bytes_per_sample: int | None = None  # stored (uint8) bytes; default: the input's element count
+    cache_dataset: bool = True
+    host_gpu: str | None = None  # plan the host around this catalog GPU (default: the top-ranked that fits)
+
+    def __post_init__(self):
+        if self.optimizer not in OPTIMIZERS:
+            raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        for name in ("batch_size", "dataset_size", "epochs", "gpus", "num_classes"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Plan:
+    request: PlanRequest
+    params: int
+    memory: MemoryEstimate
+    flops_per_step: int
+    compute: ComputeEstimate
+    host: HostPlan
+    host_gpu: str
+    gpus: list[GpuOption]
+    recommendation: str
+    unmeasured: list[str]
+
+
+def parse_input_shape(text: str) -> tuple[int, ...]:
+    """'3x224x224' -> (3, 224, 224); '784' -> (784,)."""
+    try:
+        shape = tuple(int(part) for part in text.lower().replace("×", "x").split("x"))
+    except ValueError:
+        raise ConfigError(f"cannot read --input {text!r}; write it as CxHxW, e.g. 3x224x224") from None
+    if not 1 <= len(shape) <= 3 or min(shape) <= 0:
+        raise ConfigError(f"--input {text!r} must be 1 to 3 positive sizes, e.g. 3x224x224")
+    return shape
+
+
+def model_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> Callable[[], nn.Module]:
+    """A name from `gpufeed train`'s models, or `path/to/file.py:factory` (a function of no arguments, or of
+    `num_classes`, that returns an nn.Module)."""
+    if spec in MODELS:
+        if len(input_shape) != 3:
+            raise ConfigError(f"model {spec} takes images: give --input as CxHxW, got {input_shape}")
+        return lambda: build_model(spec, input_shape, num_classes)
+    path, _, name = spec.rpartition(":")
+    if not path or not name:
+        raise ConfigError(f"unknown model {spec!r}; choose one of {', '.join(MODELS)} or give path/to/file.py:factory")
+    if not Path(path).is_file():
+        raise ConfigError(f"model file {path} does not exist; give path/to/file.py:factory")
+    module_spec = importlib.util.spec_from_file_location(f"gpufeed_user_model_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - the user's file: report it in one line
+        raise ConfigError(f"{path} failed to import: {type(error).__name__}: {error}") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise ConfigError(f"{path} has no function {name!r}; define def {name}(): return a torch.nn.Module")
+    takes_classes = len(inspect.signature(factory).parameters) >= 1
+
+    def build() -> nn.Module:
+        try:
+            model = factory(num_classes) if takes_classes else factory()
+        except Exception as error:  # noqa: BLE001
+            raise ConfigError(f"{spec} raised {type(error).__name__}: {error}") from None
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"{spec} returned {type(model).__name__}, not a torch.nn.Module")
+        return model
+
+    return build
+
+
+def _calibration(factory, request: PlanRequest, unmeasured: list[str]):
+    """MFU measured on this machine's GPU when there is one (and it is in the catalog), else None (default)."""
+    if not torch.cuda.is_available():
+        unmeasured.append("model-FLOPs utilisation: no GPU here to measure it on; the stated default is used")
+        return None
+    name = torch.cuda.get_device_name()
+    peak = peak_tflops(find_gpu(name), request.precision)
+    if is_na(peak):
+        unmeasured.append(f"model-FLOPs utilisation: {peak.reason}; the stated default is used")
+        return None
+    return calibrate_mfu(factory(), request.input_shape, request.batch_size, request.num_classes,
+                         torch.device("cuda"), request.precision, peak)
+
+
+def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
+    unmeasured: list[str] = []
+    factory = model_factory(request.model, request.input_shape, request.num_classes)
+    model = factory()
+    params = sum(parameter.numel() for parameter in model.parameters())
+    trace = _trace_options(request)
+    memory = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
+                             optimizer=request.optimizer, precision=request.precision, device_type="cuda", **trace)
+    mfu = _calibration(factory, request, unmeasured) if calibrate else None
+    compute = estimate_compute(model, request.input_shape, request.batch_size, request.num_classes,
+                               request.dataset_size, request.epochs, mfu=mfu)
+    catalog = load_catalog()
+
+    def max_batch_for(capacity_bytes: int) -> int:
+        return max_batch_size(factory, request.input_shape, request.num_classes, capacity_bytes,
+                              request.optimizer, request.precision, **trace)
+
+    options = rank_gpus(catalog, memory, compute, request.precision, request.gpus, max_batch_for)
+    host_spec = _host_spec(request, options, catalog)
+    peak = peak_tflops(host_spec, request.precision)
+    rate = samples_per_second(peak, compute, request.gpus) if not is_na(peak) else 0.0
+    bytes_per_sample = request.bytes_per_sample or int(torch.Size(request.input_shape).numel())
+    host = plan_host(host_spec, request.gpus, request.dataset_size * bytes_per_sample, request.cache_dataset, params,
+                     request.optimizer, rate, bytes_per_sample)
+    return Plan(request=request, params=params, memory=memory, flops_per_step=compute.flops_per_step, compute=compute,
+                host=host, host_gpu=host_spec.name, gpus=options, recommendation=recommend(options,
+                                                                                           request.target_hours),
+                unmeasured=unmeasured)
+
+
+def _trace_options(request: PlanRequest) -> dict:
+    """Our own models are planned as `gpufeed train` runs them: channels_last images, bf16 batches under bf16
+    (the feed delivers them so); a user's model as a plain loop would feed it."""
+    if request.model not in MODELS:
+        return {}
+    return {"channels_last": True, "input_dtype": torch.bfloat16 if request.precision == "bf16" else None}
+
+
+def _host_spec(request: PlanRequest, options: list[GpuOption], catalog):
+    if request.host_gpu:
+        spec = find_gpu(request.host_gpu)
+        if is_na(spec):
+            raise ConfigError(f"--gpu {request.host_gpu!r}: {spec.reason}")
+        return spec
+    by_name = {spec.name: spec for spec in catalog}
+    fitting = [option for option in options if option.fits]
+    return by_name[(fitting or options)[0].name]
+
+
+def plan_json(plan: Plan) -> dict:
+    """The documented JSON: params, memory, flops_per_step, host, gpus (ranked, each with its cost)."""
+    document = {"params": plan.params, "memory": dataclasses.asdict(plan.memory),
+                "flops_per_step": plan.flops_per_step, "compute": dataclasses.asdict(plan.compute),
+                "host": dataclasses.asdict(plan.host), "host_gpu": plan.host_gpu,
+                "gpus": [], "recommendation": plan.recommendation, "request": dataclasses.asdict(plan.request),
+                "unmeasured": plan.unmeasured}
+    for option in plan.gpus:
+        row = dataclasses.asdict(option)
+        row["cost"] = {"buy_usd": option.cost_buy_usd, "rent_usd": option.cost_rent_usd,
+                       "price_date": option.price_date}
+        document["gpus"].append(row)
+    return document
