@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from rich.table import Table
@@ -15,14 +16,17 @@ EXAMPLES = """examples:
   gpufeed doctor train.py --epochs 1                 # the script's own flags pass through
   gpufeed doctor --steps 100 --json report.json train.py
   gpufeed doctor -m mypackage.train --config small.yaml
+  gpufeed doctor --try train.py                      # also measure what the leading fixes gain
 
 The script runs in this process as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would: its argv, sys.path[0],
 __name__ == "__main__", your working directory. Steps are found through the DataLoader, the optimizer's step, or
 else the model's forward and backward. After --warmup steps, --steps steps are watched; then the script is stopped
 and the report printed after the script's own output. The JSON goes to a file: the script shares standard output.
+With --try the script then runs again once per experiment (3 at most), each with one change (batches replayed
+from memory, more DataLoader workers, a doubled batch, bf16 autocast), and each gain is its samples/s over the
+first run's.
 Exit status: 0 a report, 1 the script raised or no training step was seen, 2 wrong input.
 """
-TRY_NOT_IMPLEMENTED = "verified fixes (--try): not implemented yet; the fixes shown are not measured"
 
 
 def _count(minimum: int):
@@ -45,7 +49,7 @@ def register(subparsers) -> None:
                         help="stop the script when no step ends for this long (default 60)")
     add_json_flag(parser, "write the report as JSON to PATH ('-': standard output, mixed with the script's own)")
     parser.add_argument("--try", dest="try_fixes", action="store_true",
-                        help="measure what each fix gains (not implemented yet: the report says so)")
+                        help="re-run the script with each leading fix applied and report the measured gain")
     parser.add_argument("-m", dest="module", action="store_true", help="SCRIPT is a module, run as python -m")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
                         help="the training script (or module, with -m) and its own arguments")
@@ -91,10 +95,32 @@ def _show(report, watcher, problem: str | None, unmeasured: list[str]) -> None:
             console.print(Text(f"{finding.kind}: {finding.fix}", style="bold"))
         if finding.snippet:
             console.print(Text("    " + finding.snippet.replace("\n", "\n    ")))
+    _show_gains(report)
     console.print(f"loader supplies {_rate(report.loader_samples_per_s)} samples/s; the model consumes "
                   f"{_rate(report.model_samples_per_s)} samples/s when fed instantly (batch size from "
                   f"{'the loader' if watcher.seen.get('batches') else 'the model input'})")
     _show_unmeasured(report.unmeasured)
+
+
+def _show_gains(report) -> None:
+    for finding in report.findings:
+        if finding.gain is not None:
+            console.print(Text(f"verified: {finding.kind}: {finding.gain.measured:.2f}x — {finding.gain.how}",
+                               style="bold green"))
+
+
+def _try_fixes(args, target: str, script_args: list[str], report, records):
+    """The report with the measured gains and the reasons for the rest (`--try`)."""
+    from gpufeed.doctor.experiments import plan_experiments, run_experiments
+
+    planned, _ = plan_experiments(report)
+    if planned:
+        error_console.print(f"gpufeed doctor --try: running the script again for {len(planned)} experiment"
+                            f"{'s' if len(planned) > 1 else ''} ({', '.join(e.name for e in planned)}), "
+                            f"{args.steps} steps each")
+    findings, lines = run_experiments(target, script_args, args.module, report, records, args.steps, args.warmup,
+                                      args.timeout)
+    return dataclasses.replace(report, findings=findings, unmeasured=report.unmeasured + lines)
 
 
 def _show_unmeasured(lines: list[str]) -> None:
@@ -128,12 +154,20 @@ def run(args) -> int:
                         f"steps after {args.warmup} warm-up steps; stopping after {args.timeout:g} s without a step")
     watcher = Watcher(steps=args.steps, warmup=args.warmup)
     outcome = run_script(target, script_args, args.module, watcher, timeout_s=args.timeout)
-    unmeasured = [TRY_NOT_IMPLEMENTED] if args.try_fixes else []
+    unmeasured = []
     problem = outcome.problem
     if problem and outcome.error is None:
         unmeasured.insert(0, f"watch incomplete: {problem}")
     records = watcher.records
     report = watcher.report(outcome.error, unmeasured) if records else None
+    if args.try_fixes and report is not None and outcome.error is None and not outcome.timed_out:
+        report = _try_fixes(args, target, script_args, report, records)
+    elif args.try_fixes:
+        why = ("the script raised; fix that first" if outcome.error is not None else
+               "no watched step to compare with" if report is None else "the first run stalled")
+        unmeasured.append(f"verified fixes (--try): not tried, {why}")
+        if report is not None:
+            report = dataclasses.replace(report, unmeasured=report.unmeasured + unmeasured[-1:])
     if args.json != "-":
         _show(report, watcher, problem, unmeasured if report is None else [])
     emit_json(report.to_json() if report is not None else _empty_report(watcher, outcome.error, unmeasured),
