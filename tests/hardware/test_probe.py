@@ -55,7 +55,7 @@ def test_parse_cpu_flags_reads_the_first_processor() -> None:
 
 
 def test_probe_cpu_on_a_sample_cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(probe, "CPUFREQ_DIR", tmp_path)  # no cpufreq files: base clock comes from the name
+    monkeypatch.setattr("gpufeed.hardware.cpu.CPUFREQ_DIR", tmp_path)  # no cpufreq files: clock from the name
     cpu = probe.probe_cpu(X86_CPUINFO)
     assert cpu.model == "Intel(R) Xeon(R) Platinum 8480+ @ 2.00GHz"
     assert (cpu.avx512f, cpu.amx_tile) == (True, True)
@@ -66,7 +66,7 @@ def test_probe_cpu_on_a_sample_cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path
 def test_cpufreq_files_give_the_clocks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "cpuinfo_max_freq").write_text("3800000\n")  # kHz, as Linux writes them
     (tmp_path / "base_frequency").write_text("2100000\n")
-    monkeypatch.setattr(probe, "CPUFREQ_DIR", tmp_path)
+    monkeypatch.setattr("gpufeed.hardware.cpu.CPUFREQ_DIR", tmp_path)
     cpu = probe.probe_cpu(X86_CPUINFO)
     assert (cpu.max_clock_mhz, cpu.base_clock_mhz) == (3800.0, 2100.0)
 

@@ -4,14 +4,13 @@ FLOPs per call come from `torch.utils.flop_counter.FlopCounterMode` (a multiply-
 `measure.timing.time_call` (CUDA events on a GPU, the wall clock elsewhere), inputs from `torch.randn` (never
 zeros, which some hardware multiplies faster). tf32 is fp32 storage with `torch.backends.cuda.matmul.allow_tf32`
 and `torch.backends.cudnn.allow_tf32` set for that measurement; fp32 runs with both off; both are restored after
-each measurement and recorded in every CUDA result. A precision the device cannot run is not measured: the second
-value returned lists it as "what: why".
+each measurement (tf32.py) and recorded in every CUDA result. A precision the device cannot run is not measured:
+the second value returned lists it as "what: why".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import psutil
@@ -20,6 +19,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from gpufeed.bench.peak import NO_TF32_ON_CPUS
 from gpufeed.bench.results import PRECISIONS, KernelResult
+from gpufeed.bench.tf32 import tf32_flags
+from gpufeed.bench.tf32 import tf32_switched as tf32_switched  # re-exported: moved to tf32.py
 from gpufeed.hardware.na import NA, is_na
 from gpufeed.measure.timing import time_call
 
@@ -68,56 +69,6 @@ def unsupported_reason(device: torch.device | str, precision: str) -> str | None
             return f"no native bf16 on compute capability {major}.{minor} (torch would emulate it)"
     return None
 
-
-def _tf32_switches() -> tuple[tuple[Any, Any], ...]:
-    """(holder of the legacy `allow_tf32`, holder of the newer `fp32_precision`) for cuBLAS matmul and cuDNN conv."""
-    backends = torch.backends
-    return (backends.cuda.matmul, backends.cuda.matmul), (backends.cudnn, backends.cudnn.conv)
-
-
-def _tf32_is_on(legacy: Any, new: Any) -> bool:
-    try:
-        return bool(legacy.allow_tf32)
-    except RuntimeError:  # set through fp32_precision, and torch refuses to read it through the legacy flag
-        precision = new.fp32_precision
-        return precision == "tf32" or (precision == "none" and torch.backends.fp32_precision == "tf32")
-
-
-def _tf32_restorer(legacy: Any, new: Any) -> Callable[[], None]:
-    """A function that puts one switch back as it is now, through the API it was set with."""
-    try:
-        saved = bool(legacy.allow_tf32)
-        return lambda: setattr(legacy, "allow_tf32", saved)
-    except RuntimeError:
-        saved_precision = new.fp32_precision
-        return lambda: setattr(new, "fp32_precision", saved_precision)
-
-
-@contextmanager
-def tf32_switched(precision: str) -> Iterator[tuple[bool, bool]]:
-    """TF32 on for "tf32", off for "fp32", untouched otherwise; yields (matmul, cudnn) as they are inside and
-    restores both after, whether they were set with `allow_tf32` or with the newer `fp32_precision`."""
-    switches = _tf32_switches()
-    restorers = [_tf32_restorer(legacy, new) for legacy, new in switches]
-    try:
-        if precision in ("tf32", "fp32"):
-            for legacy, _ in switches:
-                legacy.allow_tf32 = precision == "tf32"
-        matmul, cudnn = (_tf32_is_on(legacy, new) for legacy, new in switches)
-        yield matmul, cudnn
-    finally:
-        for restore in restorers:
-            restore()
-
-
-@contextmanager
-def tf32_flags(device: torch.device, precision: str) -> Iterator[tuple[bool | None, bool | None]]:
-    """`tf32_switched(precision)` on CUDA; off CUDA yields (None, None) and touches nothing."""
-    if device.type != "cuda":
-        yield None, None
-        return
-    with tf32_switched(precision) as flags:
-        yield flags
 
 
 def free_memory_bytes(device: torch.device | str) -> int | NA:

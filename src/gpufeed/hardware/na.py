@@ -3,6 +3,7 @@
 A hardware query that cannot answer (no GPU, no driver, a field the device does not support, a file
 that is not readable) returns `NA("why")` instead of raising or inventing a zero. `NA` is falsy, so
 `value or default` works, but code that must tell a real zero from a missing reading uses `is_na`.
+`attempt(what, read)` turns a reading that raises into an `NA` naming `what` and the error.
 
 In JSON (through `gpufeed.cli.output.to_jsonable`, which turns dataclasses into dicts) an `NA`
 appears as `{"reason": "..."}`, so a reader tells it from a number by its type.
@@ -10,8 +11,11 @@ appears as `{"reason": "..."}`, so a reader tells it from a number by its type.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -30,3 +34,11 @@ class NA:
 def is_na(value: Any) -> TypeGuard[NA]:
     """True when `value` is a missing reading (an `NA`)."""
     return isinstance(value, NA)
+
+
+def attempt(what: str, read: Callable[[], T]) -> T | NA:
+    """`read()`, or NA naming `what` and the error."""
+    try:
+        return read()
+    except Exception as error:
+        return NA(f"{what}: {type(error).__name__}: {error}")

@@ -1,4 +1,4 @@
-"""What this machine is: CPU, RAM, the disk holding the data, accelerators and software versions.
+"""What this machine is: CPU (cpu.py), RAM, the disk holding the data, accelerators and software versions.
 
 `probe_machine()` returns a frozen `MachineInfo`. Every reading that cannot be taken is `NA(reason)`,
 and `MachineInfo.unmeasured` lists each of them as "field: reason". Nothing here prints or raises.
@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,29 +18,11 @@ from typing import Any, TypeVar
 import psutil
 
 from gpufeed.hardware import nvml
-from gpufeed.hardware.na import NA, is_na
+from gpufeed.hardware.cpu import CpuInfo, probe_cpu
+from gpufeed.hardware.cpu import parse_cpu_flags as parse_cpu_flags  # re-exported: moved to cpu.py
+from gpufeed.hardware.na import NA, attempt, is_na
 
 T = TypeVar("T")
-CPUINFO_PATH = Path("/proc/cpuinfo")
-CPUFREQ_DIR = Path("/sys/devices/system/cpu/cpu0/cpufreq")
-SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
-
-
-@dataclass(frozen=True)
-class CpuInfo:
-    model: str | NA
-    physical_cores: int | NA
-    logical_cores: int | NA
-    usable_cores: int | NA  # logical cores this process may run on (affinity; containers restrict it)
-    avx2: bool | NA
-    avx512f: bool | NA
-    avx512_bf16: bool | NA
-    amx_tile: bool | NA
-    amx_bf16: bool | NA
-    max_clock_mhz: float | NA
-    base_clock_mhz: float | NA
-    current_clock_mhz: float | NA
-    flags: tuple[str, ...] | NA  # every flag of the first CPU in /proc/cpuinfo
 
 
 @dataclass(frozen=True)
@@ -96,78 +77,6 @@ class MachineInfo:
     unmeasured: list[str]  # "field: reason" for every NA above, and why a device kind is absent
 
 
-def _attempt(what: str, read: Callable[[], T]) -> T | NA:
-    """`read()`, or NA naming `what` and the error."""
-    try:
-        return read()
-    except Exception as error:
-        return NA(f"{what}: {type(error).__name__}: {error}")
-
-
-# --- CPU --------------------------------------------------------------------------------------------
-
-
-def _cpuinfo_value(text: str, keys: tuple[str, ...]) -> str | None:
-    """The value of the first line of /proc/cpuinfo text whose key is one of `keys`."""
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in keys:
-            return value.strip()
-    return None
-
-
-def parse_cpu_flags(text: str) -> tuple[str, ...] | NA:
-    """The flags of the first processor in /proc/cpuinfo text ("flags" on x86, "Features" on Arm)."""
-    value = _cpuinfo_value(text, ("flags", "Features"))
-    return NA("no 'flags' line in /proc/cpuinfo") if value is None else tuple(dict.fromkeys(value.split()))
-
-
-def _read_khz_as_mhz(path: Path) -> float | None:
-    try:
-        return int(path.read_text().strip()) / 1000.0
-    except (OSError, ValueError):
-        return None
-
-
-def _clocks(model: str | NA) -> tuple[float | NA, float | NA, float | NA]:
-    """(max, base, current) in MHz from cpufreq in /sys, psutil, or the "@ 2.10GHz" in the model name."""
-    frequency = _attempt("psutil.cpu_freq", psutil.cpu_freq)
-    maximum: float | NA = _read_khz_as_mhz(CPUFREQ_DIR / "cpuinfo_max_freq") or NA(
-        "no cpufreq maximum in /sys and psutil reports none (usual in virtual machines)")
-    if is_na(maximum) and frequency and not is_na(frequency) and frequency.max > 0:
-        maximum = float(frequency.max)
-    base: float | NA = _read_khz_as_mhz(CPUFREQ_DIR / "base_frequency") or NA(
-        "no cpufreq base_frequency in /sys and no '@ GHz' in the model name")
-    found = re.search(r"@\s*([0-9.]+)\s*GHz", model) if not is_na(model) else None
-    if is_na(base) and found:
-        base = float(found.group(1)) * 1000.0
-    current: float | NA = NA("psutil reports no current clock")
-    if frequency and not is_na(frequency) and frequency.current > 0:
-        current = float(frequency.current)
-    return maximum, base, current
-
-
-def probe_cpu(cpuinfo_text: str | None = None) -> CpuInfo:
-    """The host CPU. `cpuinfo_text` replaces /proc/cpuinfo (for tests); read from disk when None."""
-    if cpuinfo_text is None:
-        cpuinfo_text = _attempt("/proc/cpuinfo unreadable", CPUINFO_PATH.read_text)
-    if is_na(cpuinfo_text):
-        flags: tuple[str, ...] | NA = cpuinfo_text
-        model_text = platform.processor() or None
-    else:
-        flags = parse_cpu_flags(cpuinfo_text)
-        model_text = _cpuinfo_value(cpuinfo_text, ("model name",)) or platform.processor() or None
-    model: str | NA = model_text or NA("no 'model name' in /proc/cpuinfo and platform.processor() is empty")
-    if is_na(flags) and platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
-        flags = ()  # not an x86 CPU: it has none of the x86 SIMD flags
-    simd = {name: flags if is_na(flags) else name in flags for name in SIMD_FLAGS}
-    maximum, base, current = _clocks(model)
-    return CpuInfo(
-        model=model,
-        physical_cores=psutil.cpu_count(logical=False) or NA("psutil cannot count physical cores here"),
-        logical_cores=os.cpu_count() or NA("os.cpu_count() returned None"),
-        usable_cores=_attempt("os.sched_getaffinity", lambda: len(os.sched_getaffinity(0))),
-        **simd, max_clock_mhz=maximum, base_clock_mhz=base, current_clock_mhz=current, flags=flags)
 
 
 # --- memory and disk --------------------------------------------------------------------------------
@@ -182,8 +91,8 @@ def probe_disk(data_path: str | Path = ".") -> DiskInfo:
     """The filesystem holding `data_path` (or, if it does not exist yet, its nearest existing parent)."""
     path = Path(data_path).expanduser().resolve()
     existing = next((p for p in (path, *path.parents) if p.exists()), Path(path.anchor))
-    usage = _attempt(f"disk usage of {existing}", lambda: psutil.disk_usage(str(existing)))
-    partitions = _attempt("psutil.disk_partitions", lambda: psutil.disk_partitions(all=True))
+    usage = attempt(f"disk usage of {existing}", lambda: psutil.disk_usage(str(existing)))
+    partitions = attempt("psutil.disk_partitions", lambda: psutil.disk_partitions(all=True))
     best = None
     if not is_na(partitions):
         for partition in partitions:  # longest mountpoint that contains the path; later mounts win ties
@@ -207,7 +116,7 @@ def probe_disk(data_path: str | Path = ".") -> DiskInfo:
 
 def _read(source: Any, get: Callable[[Any], T]) -> T | NA:
     """`get(source)`, or `source` itself when it is already an NA."""
-    return source if is_na(source) else _attempt("unreadable", lambda: get(source))
+    return source if is_na(source) else attempt("unreadable", lambda: get(source))
 
 
 def _nvml_index(cuda_index: int, uuid: str | NA, cuda_count: int) -> int | NA:
@@ -229,14 +138,14 @@ def nvml_index_for_cuda(cuda_index: int) -> int | NA:
 
     if not torch.cuda.is_available():
         return NA("no CUDA device")
-    properties = _attempt("CUDA device properties", lambda: torch.cuda.get_device_properties(cuda_index))
+    properties = attempt("CUDA device properties", lambda: torch.cuda.get_device_properties(cuda_index))
     if is_na(properties):
         return properties
     return _nvml_index(cuda_index, _read(properties, lambda p: str(p.uuid)), torch.cuda.device_count())
 
 
 def _cuda_device(torch: Any, index: int, count: int) -> AcceleratorInfo:
-    properties = _attempt("torch.cuda.get_device_properties", lambda: torch.cuda.get_device_properties(index))
+    properties = attempt("torch.cuda.get_device_properties", lambda: torch.cuda.get_device_properties(index))
     nvml_index = _nvml_index(index, _read(properties, lambda p: str(p.uuid)), count)
     is_rocm = bool(getattr(torch.version, "hip", None))
     return AcceleratorInfo(
@@ -261,7 +170,7 @@ def _cuda_devices(torch: Any) -> tuple[list[AcceleratorInfo], list[str]]:
         hint = (f", though the driver sees {seen} NVIDIA device(s): install a CUDA build of torch"
                 if not is_na(seen) and seen > 0 else "")
         return [], [f"accelerators.cuda: torch {torch.__version__} was built without CUDA{hint}"]
-    count = _attempt("torch.cuda.device_count", torch.cuda.device_count)
+    count = attempt("torch.cuda.device_count", torch.cuda.device_count)
     if is_na(count) or count == 0:
         why = count.reason if is_na(count) else "no CUDA device visible"
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -285,13 +194,13 @@ def _other_devices(torch: Any) -> tuple[list[AcceleratorInfo], list[str]]:
     """Apple MPS and Intel XPU devices."""
     devices: list[AcceleratorInfo] = []
     mps = getattr(torch.backends, "mps", None)
-    if mps is not None and _attempt("mps", mps.is_available) is True:
-        memory = _attempt("torch.mps.recommended_max_memory", lambda: int(torch.mps.recommended_max_memory()))
+    if mps is not None and attempt("mps", mps.is_available) is True:
+        memory = attempt("torch.mps.recommended_max_memory", lambda: int(torch.mps.recommended_max_memory()))
         devices.append(_other_device("mps", 0, "Apple GPU (MPS)", memory, NA("not reported for MPS devices")))
     xpu = getattr(torch, "xpu", None)
-    if xpu is not None and _attempt("xpu", xpu.is_available) is True:
+    if xpu is not None and attempt("xpu", xpu.is_available) is True:
         for index in range(xpu.device_count()):
-            properties = _attempt("torch.xpu.get_device_properties",
+            properties = attempt("torch.xpu.get_device_properties",
                                   lambda i=index: xpu.get_device_properties(i))
             devices.append(_other_device("xpu", index, _read(properties, lambda p: p.name),
                                          _read(properties, lambda p: int(p.total_memory)),
@@ -321,7 +230,7 @@ def probe_accelerators() -> tuple[list[AcceleratorInfo], list[str]]:
 
 
 def _cudnn_version(torch: Any) -> str | NA:
-    number = _attempt("torch.backends.cudnn.version", torch.backends.cudnn.version)
+    number = attempt("torch.backends.cudnn.version", torch.backends.cudnn.version)
     if is_na(number) or number is None:
         return number if is_na(number) else NA(f"torch {torch.__version__} has no cuDNN")
     if number >= 10000:  # cuDNN 9 and later: major*10000 + minor*100 + patch
@@ -330,8 +239,8 @@ def _cudnn_version(torch: Any) -> str | NA:
 
 
 def probe_software() -> SoftwareInfo:
-    numpy_version = _attempt("numpy cannot be imported", lambda: __import__("numpy").__version__)
-    torch = _attempt("torch cannot be imported", lambda: __import__("torch"))
+    numpy_version = attempt("numpy cannot be imported", lambda: __import__("numpy").__version__)
+    torch = attempt("torch cannot be imported", lambda: __import__("torch"))
     if is_na(torch):
         torch_version, cuda_runtime, cudnn = torch, torch, torch
     else:

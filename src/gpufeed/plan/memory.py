@@ -3,11 +3,10 @@
 The model is built on the meta device and its weights become `FakeTensorMode` tensors (shape, dtype, device, no
 data). The steady state is traced: gradients as the last step left them and an optimizer.step() on them make the
 optimizer's state (what a first step leaves), then one training step runs: zero_grad(set_to_none=True) ->
-forward (autocast for bf16/fp16) -> cross-entropy -> backward -> optimizer.step(). A `TorchDispatchMode` sees
-each tensor an operation creates and counts its storage once, by nbytes (views share it), until a weak reference
-says the last reference is gone: dropped by Python, by autograd (saved tensors go as the backward passes them)
-or by autocast's weight cache. Scratch a kernel allocates and frees inside itself (im2col buffers, cuBLAS/cuDNN
-workspaces) is not seen: up to 3% of the peak on the CPU (benchmarks/plan_accuracy.py).
+forward (autocast for bf16/fp16) -> cross-entropy -> backward -> optimizer.step(). `LiveBytes` (live_bytes.py)
+counts each storage an operation creates, once, until its last reference is gone, and keeps the peak. Scratch a
+kernel allocates and frees inside itself (im2col buffers, cuBLAS/cuDNN workspaces) is not seen: up to 3% of the
+peak on the CPU (benchmarks/plan_accuracy.py).
 
 On a CUDA target `overhead_bytes` is CUDA_CONTEXT_BYTES plus the caching allocator's rounding of every block up
 to 512 bytes (so peak_bytes - CUDA_CONTEXT_BYTES models `torch.cuda.max_memory_allocated`); the 2 MiB and
@@ -23,17 +22,14 @@ import itertools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch._subclasses import FakeTensorMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
-from torch.utils.weak import WeakIdKeyDictionary
 
 from gpufeed.errors import ConfigError
+from gpufeed.plan.live_bytes import LiveBytes
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
 PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
@@ -73,57 +69,6 @@ class MemoryEstimate:
     optimizer: str
     method: str
     notes: tuple[str, ...]
-
-
-class _LiveBytes(TorchDispatchMode):
-    """Live storage bytes on one device type, each storage rounded up to `block`; the peak and what was live."""
-
-    def __init__(self, device_type: str, block: int) -> None:
-        super().__init__()
-        self.device_type, self.block, self.phase = device_type, block, "setup"
-        self.serials: WeakIdKeyDictionary = WeakIdKeyDictionary()  # storage -> serial number
-        self.live: dict[int, int] = {}  # serial -> nbytes
-        self.rounded = 0
-        self.weight_copy_bytes = 0  # autocast's casts of parameters in the forward
-        self._references: dict[int, weakref.ref] = {}
-        self._numbers = itertools.count(1)
-        self.reset_peak()
-
-    def reset_peak(self) -> None:
-        self.peak_rounded, self.peak_live, self.peak_phase = self.rounded, dict(self.live), self.phase
-
-    def _round(self, nbytes: int) -> int:
-        return -(-nbytes // self.block) * self.block
-
-    def add(self, tensor: torch.Tensor) -> None:
-        storage = tensor.untyped_storage()
-        if tensor.device.type != self.device_type or storage in self.serials:
-            return
-        serial = self.serials[storage] = next(self._numbers)
-        self.live[serial] = storage.nbytes()
-        self.rounded += self._round(storage.nbytes())
-        self._references[serial] = weakref.ref(storage, partial(self._free, serial))
-        if self.rounded > self.peak_rounded:
-            self.reset_peak()
-
-    def _free(self, serial: int, _reference: weakref.ref) -> None:
-        self.rounded -= self._round(self.live.pop(serial))
-        del self._references[serial]
-
-    def serials_of(self, tensors) -> set[int]:
-        found = (self.serials.get(t.untyped_storage()) for t in tensors if isinstance(t, torch.Tensor))
-        return {serial for serial in found if serial is not None}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        source = args[0] if args else None
-        if func is torch.ops.aten._to_copy.default and self.phase == "forward" and isinstance(source, torch.Tensor) \
-                and source.is_leaf and source.requires_grad:
-            self.weight_copy_bytes += out.untyped_storage().nbytes()
-        for leaf in tree_leaves(out):
-            if isinstance(leaf, torch.Tensor):
-                self.add(leaf)
-        return out
 
 
 @dataclass(frozen=True)
@@ -204,7 +149,7 @@ def _make_optimizer(name: str, parameters, foreach: bool) -> torch.optim.Optimiz
     return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(parameters, lr=1e-3, foreach=foreach)
 
 
-def _one_step(model: nn.Module, optimizer, inputs, labels, setup: _Setup, tracker: _LiveBytes) -> None:
+def _one_step(model: nn.Module, optimizer, inputs, labels, setup: _Setup, tracker: LiveBytes) -> None:
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(setup.precision)
     autocast = (torch.autocast(inputs.device.type, dtype=autocast_dtype) if autocast_dtype is not None
                 else contextlib.nullcontext())
@@ -229,7 +174,7 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int) -> MemoryEstimate:
     device = torch.device("cuda" if setup.device_type == "cuda" and torch.cuda.is_available() else "cpu")
     model, shape = _meta_model(model_or_factory), (batch_size, *setup.input_shape)
     channels_last = setup.channels_last and len(shape) == 4
-    tracker = _LiveBytes(device.type, CUDA_BLOCK_BYTES if setup.device_type == "cuda" else 1)
+    tracker = LiveBytes(device.type, CUDA_BLOCK_BYTES if setup.device_type == "cuda" else 1)
     try:
         with FakeTensorMode():
             _fake_weights(model.train(), device, torch.float64 if setup.precision == "fp64" else torch.float32,
@@ -254,7 +199,7 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int) -> MemoryEstimate:
     return _summarize(tracker, model, optimizer, setup, batch_size, first_gradients)
 
 
-def _summarize(tracker: _LiveBytes, model: nn.Module, optimizer, setup: _Setup, batch_size: int,
+def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, batch_size: int,
                first_gradients: set[int]) -> MemoryEstimate:
     def total(serials: set[int], live: dict[int, int]) -> int:
         return sum(live.get(serial, 0) for serial in serials)

@@ -1,0 +1,67 @@
+"""What a pack wrote (`PackResult`, `SkippedFile`), and the check every writer makes of its destination.
+
+Shared by the writers in `pack.py` (arrays, `.npz`, built-in) and `folder.py` (a folder of images).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpufeed.errors import ConfigError
+
+Progress = Callable[[int, int], None]
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file left out of the pack, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What a pack wrote. `shape` is (H, W, C); `seconds` is wall time; `bytes_written` the file's size.
+
+    `resized` counts images resampled or cropped to `--size`; `converted` images whose mode changed.
+    """
+
+    destination: Path
+    count: int
+    shape: tuple[int, int, int]
+    classes: tuple[str, ...]
+    source: str
+    bytes_written: int
+    seconds: float
+    skipped: list[SkippedFile] = field(default_factory=list)
+    resized: int = 0
+    converted: int = 0
+
+    @property
+    def images_per_second(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else float("nan")
+
+
+def check_destination(destination: str | os.PathLike) -> Path:
+    """The destination as a Path; it must end in `.gpuf` and must not be a folder."""
+    path = Path(destination).expanduser()
+    if path.suffix.lower() != ".gpuf":
+        suggestion = path.with_suffix(".gpuf") if path.suffix else path.with_name(path.name + ".gpuf")
+        raise ConfigError(f"OUT {destination} does not end in .gpuf; name it {suggestion}")
+    if path.is_dir():
+        raise ConfigError(f"OUT {destination} is a folder; give a file name such as {path / 'train.gpuf'}")
+    if not path.parent.is_dir():
+        raise ConfigError(f"cannot write {destination}: folder {path.parent} does not exist; create it first")
+    return path
+
+
+def result_for(destination: Path, count: int, shape, classes, source: str, started: float,
+               **counts) -> PackResult:
+    """The `PackResult` of a finished pack that began at `started` (a `time.perf_counter()` reading)."""
+    return PackResult(destination=destination, count=count, shape=tuple(int(v) for v in shape),
+                      classes=tuple(classes), source=source, bytes_written=destination.stat().st_size,
+                      seconds=time.perf_counter() - started, **counts)

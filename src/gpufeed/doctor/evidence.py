@@ -1,0 +1,166 @@
+"""What the doctor's rules read, and how they weigh it: the watched steps summed (`Totals`), the `Watch` that holds
+them with the host samples and the context, `open_watch` that checks the inputs and builds it, the grading of a
+share into a severity and of a count of supporting steps into a confidence, and the report's throughputs.
+
+Throughputs in the report (None when the batch size is unknown):
+- model_samples_per_s = samples / (sum(wall_s) - sum(data_wait_s)): what the model consumes fed instantly.
+- loader_samples_per_s = context["loader_samples_per_s"] when measured elsewhere; else, only when the steps wait
+  for input (data-wait share >= INPUT_SHARE_MEDIUM), the loader paces training: with loader_workers == 0 the
+  loader runs inside the wait, so samples / sum(data_wait_s); otherwise samples / sum(wall_s), the rate it
+  delivered (exact for background workers, a lower bound when the worker count is unknown). Otherwise None:
+  a loader that keeps up shows only that it is at least as fast as the model.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gpufeed.doctor.report import Finding
+from gpufeed.measure.steps import HostSample, StepRecord
+
+# TensorFlow profiler, input-pipeline analysis (op_stats_to_input_pipeline_analysis.cc): input share >= 5% is
+# "moderately", >= 20% "highly" input-bound. torch-tb-profiler (RunProfile.analyze) also warns above 5% DataLoader
+# time. We grade every share that has no threshold of its own with these two.
+INPUT_SHARE_MEDIUM = 0.05
+INPUT_SHARE_HIGH = 0.20
+# gpufeed's choice: confidence from the number of steps (or samples) that show the symptom.
+CONFIDENT_STEPS, SOME_STEPS = 20, 5
+
+CONTEXT_KEYS = ("device", "unmeasured", "cpu_count", "threads", "loader_workers", "loader_pin_memory", "batch_size",
+                "dtype_float64_seen", "autocast_seen", "script_error", "memory_peak_bytes", "memory_capacity_bytes",
+                "allocator_retries", "world_size", "rank_step_times", "communication_wait_s",
+                "loader_samples_per_s", "model_samples_per_s")
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over the watched steps; compute over the steps that measured it."""
+
+    steps: int
+    wall_s: float
+    data_wait_s: float
+    copy_s: float
+    copy_bytes: int
+    copy_pageable_bytes: int
+    sync_s: float
+    sync_count: int
+    compute_s: float | None
+    compute_wall_s: float
+    samples: int | None
+
+    @classmethod
+    def of(cls, records: list[StepRecord], batch_size: int | None) -> Totals:
+        timed = [r for r in records if r.compute_s is not None]
+        sizes = [r.batch_size for r in records]
+        if all(size is not None for size in sizes):
+            samples = sum(sizes)
+        else:
+            samples = batch_size * len(records) if batch_size is not None else None
+        return cls(len(records), sum(r.wall_s for r in records), sum(r.data_wait_s for r in records),
+                   sum(r.copy_s for r in records), sum(r.copy_bytes for r in records),
+                   sum(r.copy_pageable_bytes for r in records), sum(r.sync_s for r in records),
+                   sum(r.sync_count for r in records), sum(r.compute_s for r in timed) if timed else None,
+                   sum(r.wall_s for r in timed), samples)
+
+    def share(self, seconds: float) -> float:
+        """seconds / sum(wall_s), rounded to 12 places so that 0.02 / 0.1 compares as 0.2 with a threshold."""
+        return round(seconds / self.wall_s, 12)
+
+    @property
+    def device_busy(self) -> float | None:
+        """sum(compute_s) / sum(wall_s) over the steps with device timing; None off CUDA."""
+        if self.compute_s is None or self.compute_wall_s <= 0:
+            return None
+        return self.compute_s / self.compute_wall_s
+
+
+@dataclass
+class Watch:
+    """Everything a rule reads, and the list it adds `unmeasured` lines to."""
+
+    records: list[StepRecord]
+    samples: list[HostSample]
+    context: dict
+    totals: Totals
+    device: str
+    on_gpu: bool
+    batch_size: int | None
+    unmeasured: list[str] = field(default_factory=list)
+
+    @property
+    def device_type(self) -> str:
+        """"cuda" or "cpu": the variant of the fix code that runs here."""
+        return "cuda" if self.on_gpu else "cpu"
+
+    def get(self, key: str):
+        return self.context.get(key)
+
+    def note(self, line: str) -> None:
+        """Add "subject: why" unless a line on the same subject (the instrumentation's, say) is already there."""
+        subject = line.split(":", 1)[0]
+        if all(existing.split(":", 1)[0] != subject for existing in self.unmeasured):
+            self.unmeasured.append(line)
+
+    def busy(self) -> float | None:
+        """Device busy fraction: CUDA-event compute time, else NVML utilization (percent / 100), else None."""
+        if self.totals.device_busy is not None:
+            return self.totals.device_busy
+        readings = [s.gpu_utilization_percent for s in self.samples if s.gpu_utilization_percent is not None]
+        return statistics.fmean(readings) / 100.0 if readings else None
+
+    def count(self, predicate) -> int:
+        return sum(1 for record in self.records if predicate(record))
+
+
+def severity(share: float, medium_at: float = INPUT_SHARE_MEDIUM, high_at: float = INPUT_SHARE_HIGH) -> str:
+    share = round(share, 12)  # 1.0 - 0.8 is 0.19999999999999996: compare the share a person would compute
+    return "high" if share >= high_at else "medium" if share >= medium_at else "low"
+
+
+def confidence(supporting: int, high_at: int = CONFIDENT_STEPS, medium_at: int = SOME_STEPS) -> str:
+    return "high" if supporting >= high_at else "medium" if supporting >= medium_at else "low"
+
+
+def finding(kind: str, grade: str, share: float, evidence: dict, remedy: tuple[str, str], trust: str) -> Finding:
+    return Finding(kind, grade, share, evidence, remedy[0], remedy[1], None, trust)
+
+
+def throughputs(watch: Watch) -> tuple[float | None, float | None]:
+    """(loader_samples_per_s, model_samples_per_s), by the formulas in the module docstring."""
+    totals = watch.totals
+    model = watch.get("model_samples_per_s")
+    feeding_s = totals.wall_s - totals.data_wait_s
+    if model is None and totals.samples and feeding_s > 0:
+        model = totals.samples / feeding_s
+    loader = watch.get("loader_samples_per_s")
+    if loader is None and totals.samples and totals.share(totals.data_wait_s) >= INPUT_SHARE_MEDIUM:
+        loader = totals.samples / (totals.data_wait_s if watch.get("loader_workers") == 0 else totals.wall_s)
+    return loader, model
+
+
+def open_watch(records: list[StepRecord], samples: list[HostSample], context: dict) -> Watch:
+    unknown = sorted(set(context) - set(CONTEXT_KEYS))
+    if unknown:
+        raise ValueError(f"unknown context keys {unknown}; the doctor reads {list(CONTEXT_KEYS)}")
+    if not records:
+        raise ValueError("no training step was recorded: the doctor needs at least one watched step")
+    batch_size = context.get("batch_size")
+    if batch_size is None:
+        sizes = Counter(r.batch_size for r in records if r.batch_size is not None)
+        batch_size = sizes.most_common(1)[0][0] if sizes else None
+    totals = Totals.of(records, batch_size)
+    if totals.wall_s <= 0:
+        raise ValueError(f"the {len(records)} recorded steps have no wall time; shares cannot be computed")
+    device = context.get("device")
+    watch = Watch(records, samples, context, totals, device or "unknown",
+                  device.startswith("cuda") if device else totals.compute_s is not None, batch_size,
+                  list(context.get("unmeasured") or []))
+    if device is None:
+        watch.note("device: not given; taken as a GPU only if the steps carry CUDA-event timing")
+    if watch.on_gpu and watch.busy() is None:
+        watch.note("device busy: neither CUDA-event timing nor NVML utilization was read")
+    if batch_size is None:
+        watch.note("batch size: not read, so samples per second and small_batch are not computed")
+    return watch

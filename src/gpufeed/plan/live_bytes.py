@@ -1,0 +1,70 @@
+"""`LiveBytes`: a `TorchDispatchMode` that counts the storage bytes live on one device type, and their peak.
+
+It sees each tensor an operation creates and counts its storage once, by nbytes (views share it), until a weak
+reference says the last reference is gone: dropped by Python, by autograd (saved tensors go as the backward passes
+them) or by autocast's weight cache. Each storage is rounded up to `block` bytes (the CUDA caching allocator's
+512; 1 on the CPU). At each new peak it keeps what was live and the phase the caller set ("forward", ...).
+Used by memory.py under `FakeTensorMode`, so nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from functools import partial
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.weak import WeakIdKeyDictionary
+
+
+class LiveBytes(TorchDispatchMode):
+    """Live storage bytes on one device type, each storage rounded up to `block`; the peak and what was live."""
+
+    def __init__(self, device_type: str, block: int) -> None:
+        super().__init__()
+        self.device_type, self.block, self.phase = device_type, block, "setup"
+        self.serials: WeakIdKeyDictionary = WeakIdKeyDictionary()  # storage -> serial number
+        self.live: dict[int, int] = {}  # serial -> nbytes
+        self.rounded = 0
+        self.weight_copy_bytes = 0  # autocast's casts of parameters in the forward
+        self._references: dict[int, weakref.ref] = {}
+        self._numbers = itertools.count(1)
+        self.reset_peak()
+
+    def reset_peak(self) -> None:
+        self.peak_rounded, self.peak_live, self.peak_phase = self.rounded, dict(self.live), self.phase
+
+    def _round(self, nbytes: int) -> int:
+        return -(-nbytes // self.block) * self.block
+
+    def add(self, tensor: torch.Tensor) -> None:
+        storage = tensor.untyped_storage()
+        if tensor.device.type != self.device_type or storage in self.serials:
+            return
+        serial = self.serials[storage] = next(self._numbers)
+        self.live[serial] = storage.nbytes()
+        self.rounded += self._round(storage.nbytes())
+        self._references[serial] = weakref.ref(storage, partial(self._free, serial))
+        if self.rounded > self.peak_rounded:
+            self.reset_peak()
+
+    def _free(self, serial: int, _reference: weakref.ref) -> None:
+        self.rounded -= self._round(self.live.pop(serial))
+        del self._references[serial]
+
+    def serials_of(self, tensors) -> set[int]:
+        found = (self.serials.get(t.untyped_storage()) for t in tensors if isinstance(t, torch.Tensor))
+        return {serial for serial in found if serial is not None}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        source = args[0] if args else None
+        if func is torch.ops.aten._to_copy.default and self.phase == "forward" and isinstance(source, torch.Tensor) \
+                and source.is_leaf and source.requires_grad:
+            self.weight_copy_bytes += out.untyped_storage().nbytes()
+        for leaf in tree_leaves(out):
+            if isinstance(leaf, torch.Tensor):
+                self.add(leaf)
+        return out
