@@ -99,7 +99,8 @@ class _Screen:
 
     def _started(self, event: RunStarted) -> None:
         if not self.quiet:
-            shown = {key: value for key, value in event.config.items() if value not in (None, False)}
+            shown = {key: value for key, value in event.config.items() if value not in (None, False)
+                     and not (key == "hidden" and event.config["model"] != "mlp")}
             self.out.print(f"[bold]gpufeed train[/bold] {event.data}: {event.train_samples} train, "
                            f"{event.validation_samples} validation samples")
             self.out.print(f"  model {event.config['model']} ({event.parameters:,} parameters) on {event.device}, "
