@@ -263,10 +263,12 @@ def test_loader_and_model_throughput_formulas():
 def test_report_json_has_the_documented_keys():
     report = diagnose(steps(20, wait=0.05, compute=0.04, syncs=1, sync=0.001), host(), GPU)
     document = json.loads(json.dumps(report.to_json()))
-    # DESIGN.md documents verdict, findings, unmeasured; report.py adds the two throughputs and script_error.
+    # DESIGN.md documents verdict, findings, unmeasured; report.py adds the two throughputs, script_error and the
+    # timeline (the watched steps and host samples the page draws)
     assert {"verdict", "findings", "unmeasured"} <= set(document)
     assert set(document) - {"verdict", "findings", "unmeasured"} == {"loader_samples_per_s", "model_samples_per_s",
-                                                                      "script_error"}
+                                                                      "script_error", "timeline"}
+    assert len(document["timeline"]["steps"]) == 20 and document["timeline"]["steps"][0]["index"] == 0
     assert set(document["verdict"]) == {"primary", "device_busy", "data_wait", "steps", "device"}
     assert document["verdict"]["primary"] in KINDS and document["findings"]
     for finding in document["findings"]:

@@ -6,7 +6,7 @@ import argparse
 
 from rich.table import Table
 
-from gpufeed.cli.output import add_json_flag, console, emit_json, error_console
+from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document, error_console
 
 EXAMPLES = """examples:
   gpufeed bench --quick                         # under a minute on a CPU-only laptop
@@ -29,6 +29,7 @@ def register(subparsers) -> None:
     parser.add_argument("--precision", default="fp64,fp32,tf32,bf16,fp16",
                         help="comma-separated: fp64,fp32,tf32,bf16,fp16 (default: all)")
     add_json_flag(parser)
+    add_html_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -78,6 +79,7 @@ def _show(result) -> None:
 def run(args) -> int:
     from gpufeed.bench.run import parse_devices, parse_precisions, run_bench
 
+    check_output_paths(args)
     devices = parse_devices(args.device)
     precisions = parse_precisions(args.precision)
     quiet = args.json == "-"
@@ -87,11 +89,11 @@ def run(args) -> int:
                            progress=lambda message: spinner.update(f"benchmarking: {message}"))
     if not quiet:
         _show(result)
-    if args.json is not None:
+    if args.json is not None or args.html is not None:
         from gpufeed.bench.run import peaks_by_device
         from gpufeed.cli.output import to_jsonable
 
         document = to_jsonable(result)
         document["peaks"], document["peak_derivations"] = peaks_by_device(result.peaks)
-        emit_json(document, args.json)
+        emit_document(document, "bench", args, machine=document["machine"])
     return 0

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from pathlib import Path
 
 from rich.table import Table
 from rich.text import Text
 
-from gpufeed.cli.output import add_json_flag, console, emit_json, error_console
+from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document, error_console
 from gpufeed.errors import GpufeedError
 
 EXAMPLES = """examples:
@@ -48,6 +47,7 @@ def register(subparsers) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                         help="stop the script when no step ends for this long (default 60)")
     add_json_flag(parser, "write the report as JSON to PATH ('-': standard output, mixed with the script's own)")
+    add_html_flag(parser)
     parser.add_argument("--try", dest="try_fixes", action="store_true",
                         help="re-run the script with each leading fix applied and report the measured gain")
     parser.add_argument("-m", dest="module", action="store_true", help="SCRIPT is a module, run as python -m")
@@ -135,7 +135,8 @@ def _empty_report(watcher, error: str | None, unmeasured: list[str]) -> dict:
     return {"verdict": {"primary": None, "device_busy": None, "data_wait": None, "steps": 0,
                         "device": context["device"]},
             "findings": [], "unmeasured": context["unmeasured"], "loader_samples_per_s": None,
-            "model_samples_per_s": None, "script_error": error}
+            "model_samples_per_s": None, "script_error": error,
+            "timeline": {"steps": [], "samples": [dataclasses.asdict(sample) for sample in watcher.samples]}}
 
 
 def run(args) -> int:
@@ -146,8 +147,7 @@ def run(args) -> int:
         raise GpufeedError("give the training script: gpufeed doctor SCRIPT [ARGS...] (or -m MODULE [ARGS...])")
     target, script_args = args.command[0], args.command[1:]
     check_target(target, args.module)
-    if args.json not in (None, "-") and not Path(args.json).parent.exists():
-        raise GpufeedError(f"cannot write {args.json}: folder {Path(args.json).parent} does not exist; create it first")
+    check_output_paths(args)
     if args.json == "-":
         error_console.print("warning: --json - mixes the report with the script's own standard output")
     error_console.print(f"gpufeed doctor: running {'-m ' if args.module else ''}{target}; watching {args.steps} "
@@ -170,6 +170,6 @@ def run(args) -> int:
             report = dataclasses.replace(report, unmeasured=report.unmeasured + unmeasured[-1:])
     if args.json != "-":
         _show(report, watcher, problem, unmeasured if report is None else [])
-    emit_json(report.to_json() if report is not None else _empty_report(watcher, outcome.error, unmeasured),
-              args.json)
+    emit_document(report.to_json() if report is not None else _empty_report(watcher, outcome.error, unmeasured),
+                  "doctor", args)
     return 1 if outcome.error is not None or outcome.timed_out or not records else 0

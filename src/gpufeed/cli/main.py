@@ -9,7 +9,7 @@ import sys
 from gpufeed.errors import GpufeedError
 
 # One module per command; each has `register(subparsers)` that sets `handler` on its parser.
-COMMANDS = ("info", "pack", "train", "bench", "plan", "doctor")
+COMMANDS = ("info", "pack", "train", "bench", "plan", "doctor", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(words)
+    args.argv = words  # the exact command, for the `about` block of saved documents
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

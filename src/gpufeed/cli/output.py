@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,29 +11,13 @@ from rich.console import Console
 
 from gpufeed.atomic import write_text_atomic
 from gpufeed.errors import GpufeedError
+from gpufeed.report.document import to_jsonable
 
 # soft_wrap: long lines are not broken at the terminal width, so piped output stays one record per line
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 error_console = Console(stderr=True, highlight=False, soft_wrap=True)
 if not console.is_terminal:  # piped or captured: tables at a width that fits them, not the default 80
     console.width = max(console.width, 140)
-
-
-def to_jsonable(value: Any) -> Any:
-    """Dataclasses, paths, numpy scalars and NaN made JSON-safe (NaN and infinities become null)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: to_jsonable(getattr(value, field.name)) for field in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(key): to_jsonable(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(item) for item in value]
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def add_json_flag(parser, help_text: str = "write the result as JSON to PATH ('-' for standard output)") -> None:
@@ -55,3 +37,38 @@ def emit_json(result: Any, path: str | None) -> None:
     if not target.parent.exists():
         raise GpufeedError(f"cannot write {path}: folder {target.parent} does not exist; create it first")
     write_text_atomic(target, text)
+
+
+def add_html_flag(parser) -> None:
+    parser.add_argument("--html", metavar="PATH", default=None,
+                        help="also write a self-contained HTML page with charts to PATH (opens from disk)")
+
+
+def check_output_paths(args) -> None:
+    """Fail before the work when --json or --html names a file in a folder that does not exist."""
+    for flag in ("json", "html"):
+        path = getattr(args, flag, None)
+        if path not in (None, "-") and not Path(path).parent.exists():
+            raise GpufeedError(f"cannot write --{flag} {path}: folder {Path(path).parent} does not exist; "
+                               f"create it first")
+    if getattr(args, "html", None) == "-":
+        raise GpufeedError("--html needs a file name (the page does not go to standard output)")
+
+
+def emit_document(result: Any, command: str, args, machine: dict | None = None) -> dict | None:
+    """The command's result as its saved document (`about` block first) to --json, and its page to --html.
+
+    Returns the document, or None when neither flag was given (the machine is then not probed)."""
+    from gpufeed.report.document import about, check_document, render
+    from gpufeed.report.html import write_html
+
+    json_path, html_path = getattr(args, "json", None), getattr(args, "html", None)
+    if json_path is None and html_path is None:
+        return None
+    body = to_jsonable(result)
+    document = {"about": about(command, getattr(args, "argv", None), machine=machine), **body}
+    emit_json(document, json_path)
+    if html_path is not None:
+        write_html(html_path, render(check_document(document)))
+        (error_console if json_path == "-" else console).print(f"page: {html_path}")
+    return document

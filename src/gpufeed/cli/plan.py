@@ -6,7 +6,7 @@ import argparse
 
 from rich.table import Table
 
-from gpufeed.cli.output import add_json_flag, console, emit_json
+from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document
 from gpufeed.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -39,6 +39,7 @@ def register(subparsers) -> None:
     parser.add_argument("--gpu", dest="host_gpu", help="plan the host around this GPU (default: the best that fits)")
     parser.add_argument("--check", action="store_true", help="also run the step here and compare")
     add_json_flag(parser)
+    add_html_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -109,6 +110,7 @@ def run(args) -> int:
 
     if args.gpus is not None and args.gpus <= 0:
         raise ConfigError(f"--gpus must be positive, got {args.gpus}")
+    check_output_paths(args)
     plan = make_plan(_request(args))
     document = plan_json(plan)
     if args.check:
@@ -120,5 +122,5 @@ def run(args) -> int:
         if "check" in document:
             for line in document["check"]["lines"]:
                 console.print(f"check: {line}")
-    emit_json(document, args.json)
+    emit_document(document, "plan", args)
     return 0

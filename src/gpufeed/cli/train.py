@@ -8,7 +8,7 @@ import os
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from gpufeed.cli.output import add_json_flag, console, emit_json, error_console
+from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document, error_console
 from gpufeed.errors import ConfigError
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.events import RunStarted, StepLog, TrainResult
@@ -74,6 +74,7 @@ def register(subparsers) -> None:
     parser.add_argument("--log-every", dest="log_every_steps", type=int, default=20)
     parser.add_argument("--max-steps", type=int, help="stop after this many steps in all")
     add_json_flag(parser, "write the summary as JSON to PATH ('-' for standard output)")
+    add_html_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -136,7 +137,9 @@ def _summary(result: TrainResult) -> None:
 def run(args) -> int:
     from gpufeed.train.loop import train  # torch and the models load only when training
 
-    options = {key: value for key, value in vars(args).items() if key not in ("handler", "command", "json")}
+    check_output_paths(args)
+    ignored = ("handler", "command", "json", "html", "argv")
+    options = {key: value for key, value in vars(args).items() if key not in ignored}
     if options["workers"] is not None and options["workers"] < 1:
         raise ConfigError(f"--workers must be at least 1, got {options['workers']}")
     config = TrainConfig.from_dict(options)
@@ -149,5 +152,5 @@ def run(args) -> int:
         return 0
     if args.json != "-":
         _summary(result)
-    emit_json(result, args.json)
+    emit_document(result, "train", args)
     return 0

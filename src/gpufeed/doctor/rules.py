@@ -10,6 +10,7 @@ detection, periodic_stall and straggler in stalls.py. The functions and classes 
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 
 from gpufeed.doctor import fixes
@@ -301,4 +302,6 @@ def diagnose(records: list[StepRecord], samples: list[HostSample], context: dict
     verdict = Verdict(primary_kind(findings), totals.device_busy, totals.share(totals.data_wait_s), totals.steps,
                       watch.device)
     loader, model = throughputs(watch)
-    return Report(verdict, findings, watch.unmeasured, loader, model, context.get("script_error"))
+    timeline = {"steps": [dataclasses.asdict(record) for record in records],
+                "samples": [dataclasses.asdict(sample) for sample in samples]}
+    return Report(verdict, findings, watch.unmeasured, loader, model, context.get("script_error"), timeline)

@@ -70,6 +70,7 @@ class TrainResult:
     config: dict
     verdict: str
     unmeasured: list
+    timeline: list = dataclasses.field(default_factory=list)  # this run's StepLog records, one per log interval
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

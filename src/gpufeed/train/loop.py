@@ -194,13 +194,14 @@ def _log(run: _Run, interval: _Interval, totals: dict, notify) -> _Interval:
                      learning_rate=run.optimizer.param_groups[0]["lr"], seconds=totals["seconds"])
     if run.files is not None:
         run.files.append_metrics(record)
+    totals["timeline"].append(record)
     notify(record)
     return _Interval(run.context.device)
 
 
 def _run_epochs(run: _Run, notify) -> dict:
     config, device = run.config, run.context.device
-    totals = {"seconds": 0.0, "wait_s": 0.0, "samples": 0}
+    totals = {"seconds": 0.0, "wait_s": 0.0, "samples": 0, "timeline": []}
     interval = _Interval(device)
     check_every_step = device.type == "cpu"  # reading the loss costs nothing there
     while run.step < run.total_steps:
@@ -286,7 +287,7 @@ def _train_and_evaluate(run: _Run, notify) -> TrainResult:
         effective_batch_size=run.feed.batch_size * run.context.world_size,
         learning_rate=run.config.peak_learning_rate, seconds=seconds, model=run.config.model,
         parameters=parameter_count(run.model), resumed_from=run.resumed_from, out=run.config.out,
-        config=run.config.to_dict(), verdict="", unmeasured=unmeasured)
+        config=run.config.to_dict(), verdict="", unmeasured=unmeasured, timeline=totals["timeline"])
     result = replace(result, verdict=verdict(result))
     if run.files is not None:
         run.files.save_model(run.model)

@@ -1,0 +1,101 @@
+"""The saved result of a command (its `--json` output) and the page made from it.
+
+Every command that has a page (train, doctor, bench, plan) writes, beside its own keys, an `about` block:
+which command and format wrote it, the gpufeed version, the date, the exact command line and the machine
+(`gpufeed info`'s probe). A page is a pure function of that document, so `gpufeed report RUN.json` rebuilds
+on a laptop the very page that `--html` wrote on the GPU server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from gpufeed.errors import ConfigError
+
+FORMAT = 1  # raised when a page can no longer read an older document
+PAGE_COMMANDS = ("train", "doctor", "bench", "plan")
+
+
+def about(command: str, argv: list[str] | None = None, machine: dict | None = None) -> dict:
+    """The `about` block for a document written now by `command` (argv: the words after `gpufeed`)."""
+    from gpufeed import __version__
+
+    if machine is None:
+        from gpufeed.hardware.probe import probe_machine
+
+        machine = to_jsonable(probe_machine())
+    words = list(sys.argv[1:] if argv is None else argv)
+    return {"command": command, "format": FORMAT, "gpufeed": __version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "argv": ["gpufeed", *words], "machine": machine}
+
+
+def to_jsonable(value: Any) -> Any:
+    """Dataclasses, paths, numpy scalars and NaN made JSON-safe (NaN and infinities become null)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: to_jsonable(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(key): to_jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(item) for item in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def load_document(path: str | Path) -> dict:
+    """Read a saved `--json` document and check that a page can be made from it (one-line errors)."""
+    source = Path(path)
+    if not source.is_file():
+        raise ConfigError(f"{path}: no such file; give the JSON that `gpufeed train|doctor|bench|plan --json` wrote")
+    try:
+        document = json.loads(source.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not a text file; give the JSON that a gpufeed command wrote") from None
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{path} is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno}; "
+                          f"truncated?): write it again with the command's --json") from None
+    return check_document(document, str(path))
+
+
+def check_document(document: object, name: str = "the document") -> dict:
+    if not isinstance(document, dict) or not isinstance(document.get("about"), dict):
+        raise ConfigError(f"{name} has no 'about' block, so it was not written by a gpufeed command's --json "
+                          f"(or by a gpufeed before 0.1.0's reports): run the command again with --json")
+    block = document["about"]
+    command, version = block.get("command"), block.get("format")
+    if command not in PAGE_COMMANDS:
+        raise ConfigError(f"{name} was written by `gpufeed {command}`, which has no page; pages exist for "
+                          f"{', '.join(PAGE_COMMANDS)}")
+    if version != FORMAT:
+        raise ConfigError(f"{name} is report format {version!r} (gpufeed {block.get('gpufeed', '?')}); this gpufeed "
+                          f"reads format {FORMAT}: use the gpufeed version that wrote it, or run the command again")
+    return document
+
+
+def render(document: dict) -> str:
+    """The page's HTML for a checked document."""
+    command = document["about"]["command"]
+    if command == "train":
+        from gpufeed.report.train_page import train_page as build
+    elif command == "doctor":
+        from gpufeed.report.doctor_page import doctor_page as build
+    elif command == "bench":
+        from gpufeed.report.bench_page import bench_page as build
+    else:
+        from gpufeed.report.plan_page import plan_page as build
+    try:
+        return build(document).render()
+    except (KeyError, TypeError, ValueError, IndexError) as error:  # a document edited by hand, or damaged
+        raise ConfigError(f"the {command} document is missing or has a wrong value for {error!s}: write it again "
+                          f"with `gpufeed {command} --json`") from None

@@ -1,0 +1,192 @@
+"""One self-contained HTML page: headings, tables, notes and matplotlib charts inlined as SVG.
+
+No network fetches: no scripts, no style sheets, no fonts and no images from anywhere but the page itself.
+Charts are matplotlib `Figure`s (no pyplot, so no global state and no GUI backend) saved as SVG; each one's
+ids are prefixed so that several charts in one page cannot collide (matplotlib numbers them from 1 in every
+file). The page states its conditions (the document's `about` block) at the top and prints on paper.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import matplotlib
+from matplotlib.figure import Figure
+
+from gpufeed.atomic import write_text_atomic
+from gpufeed.errors import GpufeedError
+
+# Colours for the parts of a step, shared by every page so the same thing has the same colour everywhere.
+PART_COLOURS = {"data wait": "#d62728", "host-to-device": "#ff7f0e", "compute": "#2ca02c", "stalls": "#9467bd",
+                "other host": "#bbbbbb"}
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto; max-width: 60rem;
+       padding: 0 1rem; color: #222; line-height: 1.45; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.25rem; margin-top: 2rem;
+     border-bottom: 1px solid #ddd; } h3 { font-size: 1.05rem; }
+table { border-collapse: collapse; margin: .6rem 0; font-size: .9rem; }
+th, td { border: 1px solid #ddd; padding: .25rem .5rem; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f4f4f4; }
+figure.chart { margin: 1rem 0; } figure.chart svg { width: 100%; height: auto; max-width: 52rem; display: block; }
+figcaption { font-size: .85rem; color: #555; }
+pre { background: #f6f6f6; padding: .5rem; overflow-x: auto; font-size: .85rem; }
+.conditions { font-size: .85rem; color: #444; background: #fafafa; border: 1px solid #eee; padding: .5rem 1rem; }
+.lead { font-size: 1.1rem; }
+.sev-high { color: #b00; font-weight: bold; } .sev-medium { color: #b60; } .sev-low, .sev-info { color: #555; }
+@media print { body { max-width: none; margin: 0; } figure.chart, table, pre { break-inside: avoid; } }
+"""
+
+
+def escape(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def figure_svg(figure: Figure, prefix: str) -> str:
+    """The figure as an inline <svg> element whose ids all start with `prefix`."""
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": prefix}):
+        figure.savefig(buffer, format="svg", bbox_inches="tight",
+                       metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    text = buffer.getvalue()
+    text = text[text.index("<svg"):]  # drop the XML declaration and the DOCTYPE (not allowed inline)
+    text = re.sub(r'\bid="([^"]+)"', lambda match: f'id="{prefix}-{match.group(1)}"', text)
+    text = re.sub(r"url\(#([^)]+)\)", lambda match: f"url(#{prefix}-{match.group(1)})", text)
+    text = re.sub(r'href="#([^"]+)"', lambda match: f'href="#{prefix}-{match.group(1)}"', text)
+    # scale with the page instead of a fixed size in points (the viewBox keeps the proportions)
+    text = re.sub(r'<svg([^>]*?) width="[^"]+" height="[^"]+"', r'<svg\1', text, count=1)
+    return text.replace("<svg", '<svg role="img"', 1)
+
+
+def new_figure(width: float = 8.0, height: float = 3.2, rows: int = 1, columns: int = 1):
+    """A Figure and its axes, sized in inches for a page column."""
+    figure = Figure(figsize=(width, height), layout="constrained")
+    axes = figure.subplots(rows, columns, squeeze=rows * columns == 1)
+    return figure, axes
+
+
+def number(value: object, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+            return f"{value:.{digits}g}"
+        return f"{value:,.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if isinstance(value, dict) and "reason" in value:
+        return f"n/a ({value['reason']})"
+    return str(value)
+
+
+def percent(value: float | None, digits: int = 0) -> str:
+    return "n/a" if value is None else f"{value:.{digits}%}"
+
+
+def mebibytes(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 2**20:,.0f} MiB"
+
+
+def gibibytes(value: float | None) -> str:
+    return "n/a" if value is None else f"{value / 2**30:,.1f} GiB"
+
+
+@dataclass
+class Page:
+    """A page under construction: add parts in reading order, then `render()`."""
+
+    title: str
+    about: dict
+    parts: list[str] = field(default_factory=list)
+    charts: int = 0
+
+    def heading(self, text: str, level: int = 2) -> None:
+        self.parts.append(f"<h{level}>{escape(text)}</h{level}>")
+
+    def paragraph(self, text: str, css: str | None = None) -> None:
+        attribute = f' class="{css}"' if css else ""
+        self.parts.append(f"<p{attribute}>{escape(text)}</p>")
+
+    def bullets(self, items: Iterable[str]) -> None:
+        items = list(items)
+        if items:
+            self.parts.append("<ul>" + "".join(f"<li>{escape(item)}</li>" for item in items) + "</ul>")
+
+    def code(self, text: str) -> None:
+        self.parts.append(f"<pre><code>{escape(text)}</code></pre>")
+
+    def table(self, headers: Sequence[str], rows: Iterable[Sequence[object]], caption: str | None = None,
+              classes: Sequence[str | None] | None = None) -> None:
+        """Rows of cells; numbers are right-aligned. `classes` gives a CSS class per row (or None)."""
+        head = "".join(f"<th>{escape(header)}</th>" for header in headers)
+        body = []
+        for index, row in enumerate(rows):
+            css = classes[index] if classes is not None and classes[index] else None
+            cells = "".join(
+                f'<td class="num">{escape(number(cell))}</td>' if isinstance(cell, (int, float))
+                and not isinstance(cell, bool) else f"<td>{escape(number(cell))}</td>" for cell in row)
+            body.append(f'<tr class="{css}">{cells}</tr>' if css else f"<tr>{cells}</tr>")
+        title = f"<caption>{escape(caption)}</caption>" if caption else ""
+        self.parts.append(f"<table>{title}<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+
+    def chart(self, figure: Figure, caption: str) -> None:
+        """Inline the figure as SVG with a caption that says what it shows."""
+        self.charts += 1
+        svg = figure_svg(figure, f"c{self.charts}")
+        self.parts.append(f'<figure class="chart" id="chart-{self.charts}">{svg}'
+                          f"<figcaption>{escape(caption)}</figcaption></figure>")
+
+    def render(self) -> str:
+        return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+                f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+                f"<title>{escape(self.title)}</title>\n<style>{_STYLE}</style>\n</head>\n<body>\n"
+                f"<h1>{escape(self.title)}</h1>\n{conditions_block(self.about)}\n"
+                + "\n".join(self.parts) + "\n</body>\n</html>\n")
+
+
+def conditions_block(about: dict) -> str:
+    """Machine, versions, date and the exact command, from the document's `about` block."""
+    machine = about.get("machine") or {}
+    software = machine.get("software") or {}
+    rows = [("command", " ".join(about.get("argv") or []) or "n/a"),
+            ("date", about.get("created", "n/a")),
+            ("gpufeed", about.get("gpufeed", "n/a"))]
+    cpu = machine.get("cpu") or {}
+    if cpu:
+        rows.append(("CPU", f"{cpu.get('model', 'n/a')}, {cpu.get('usable_cores', 'n/a')} usable cores"))
+    memory = machine.get("memory") or {}
+    if memory.get("total_bytes"):
+        rows.append(("RAM", gibibytes(memory["total_bytes"])))
+    accelerators = machine.get("accelerators") or []
+    rows.append(("accelerators", "; ".join(_accelerator(item) for item in accelerators) or "none"))
+    versions = [f"{name} {number(software[name])}" for name in ("python", "torch", "numpy", "cuda_runtime", "cudnn")
+                if name in software and not isinstance(software[name], dict)]
+    rows.append(("versions", ", ".join(versions) or "n/a"))
+    if software.get("os"):
+        rows.append(("system", software["os"]))
+    items = "".join(f"<tr><th>{escape(key)}</th><td>{escape(value)}</td></tr>" for key, value in rows)
+    return f'<section class="conditions"><table>{items}</table></section>'
+
+
+def _accelerator(item: dict) -> str:
+    memory = item.get("memory_bytes")
+    driver = item.get("driver_version")
+    text = f"{number(item.get('name'))} ({gibibytes(memory) if isinstance(memory, int) else 'memory n/a'}"
+    return text + (f", driver {driver})" if isinstance(driver, str) else ")")
+
+
+def write_html(path: str | Path, text: str) -> Path:
+    """Write the page atomically; the folder must exist."""
+    target = Path(path)
+    if not target.parent.exists():
+        raise GpufeedError(f"cannot write {path}: folder {target.parent} does not exist; create it first")
+    write_text_atomic(target, text)
+    return target
