@@ -70,8 +70,8 @@ def load_document(path: str | Path) -> dict:
 
 def check_document(document: object, name: str = "the document") -> dict:
     if not isinstance(document, dict) or not isinstance(document.get("about"), dict):
-        raise ConfigError(f"{name} has no 'about' block, so it was not written by a gpufeed command's --json "
-                          f"(or by a gpufeed before 0.1.0's reports): run the command again with --json")
+        raise ConfigError(f"{name} has no 'about' block: pages are made from what `gpufeed train|doctor|bench|plan "
+                          f"--json` writes (info and pack have no page; older results: run the command again)")
     block = document["about"]
     command, version = block.get("command"), block.get("format")
     if command not in PAGE_COMMANDS:
@@ -96,6 +96,7 @@ def render(document: dict) -> str:
         from gpufeed.report.plan_page import plan_page as build
     try:
         return build(document).render()
-    except (KeyError, TypeError, ValueError, IndexError) as error:  # a document edited by hand, or damaged
-        raise ConfigError(f"the {command} document is missing or has a wrong value for {error!s}: write it again "
-                          f"with `gpufeed {command} --json`") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:  # edited by hand, or damaged
+        what = f"lacks the key {error}" if isinstance(error, KeyError) else f"has a value of the wrong kind ({error})"
+        raise ConfigError(f"the {command} document {what}: was it edited or damaged? write it again with "
+                          f"`gpufeed {command} --json`") from None

@@ -1,0 +1,167 @@
+"""`gpufeed report` and the --html flags: wrong input is one line and exit 2; the page lands where it should."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpufeed.cli.main import main
+
+FIXTURES = Path(__file__).parent.parent / "report" / "fixtures"
+
+
+def need_page_module(command: str) -> None:
+    name = f"gpufeed.report.{command}_page"
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name != name:
+            raise
+        pytest.skip(f"page module not written yet ({name})")
+
+
+def fixture(command: str) -> dict:
+    return json.loads((FIXTURES / f"{command}.json").read_text(encoding="utf-8"))
+
+
+def write_json(path: Path, value: object) -> Path:
+    path.write_text(json.dumps(value), encoding="utf-8")
+    return path
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The single 'error: ...' line on standard error (and nothing else there)."""
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and err.endswith("\n"), err
+    assert "Traceback" not in err
+    return err
+
+
+def test_truncated_json_names_the_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    text = (FIXTURES / "train.json").read_text(encoding="utf-8")
+    source = tmp_path / "cut.json"
+    source.write_text(text[: len(text) // 2], encoding="utf-8")
+    assert main(["report", str(source)]) == 2
+    err = one_error_line(capsys)
+    assert str(source) in err and "not valid JSON" in err
+    assert not source.with_suffix(".html").exists()
+
+
+def test_document_of_a_command_without_a_page(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = write_json(tmp_path / "pack.json", {"about": {"command": "pack", "format": 1}})
+    assert main(["report", str(source)]) == 2
+    err = one_error_line(capsys)
+    assert "`gpufeed pack`" in err and str(source) in err
+
+
+def test_another_format_version_says_which_is_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    document = fixture("plan")
+    document["about"]["format"] = 99
+    source = write_json(tmp_path / "future.json", document)
+    assert main(["report", str(source)]) == 2
+    err = one_error_line(capsys)
+    assert "format 99" in err and "reads format 1" in err
+
+
+@pytest.mark.parametrize("value", [{"steps": 3}, [1, 2, 3], "text", None, {"about": "train"}],
+                         ids=["dict", "list", "string", "null", "about-not-a-dict"])
+def test_json_without_an_about_block(capsys: pytest.CaptureFixture[str], tmp_path: Path, value: object) -> None:
+    source = write_json(tmp_path / "plain.json", value)
+    assert main(["report", str(source)]) == 2
+    assert "no 'about' block" in one_error_line(capsys)
+
+
+def test_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = tmp_path / "absent.json"
+    assert main(["report", str(source)]) == 2
+    err = one_error_line(capsys)
+    assert str(source) in err and "no such file" in err
+
+
+def test_binary_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = tmp_path / "image.json"
+    source.write_bytes(bytes(range(256)) * 4)  # 0x80 and above alone are not UTF-8
+    assert main(["report", str(source)]) == 2
+    assert str(source) in one_error_line(capsys)
+
+
+def test_folder_instead_of_a_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["report", str(tmp_path)]) == 2
+    one_error_line(capsys)
+
+
+@pytest.mark.parametrize("command", ["train", "doctor"])
+def test_damaged_field_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
+    need_page_module(command)
+    document = fixture(command)
+    document["timeline"] = "not a timeline"
+    source = write_json(tmp_path / "damaged.json", document)
+    assert main(["report", str(source)]) == 2
+    assert command in one_error_line(capsys)
+    assert not source.with_suffix(".html").exists()
+
+
+def test_html_into_a_missing_folder(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    target = tmp_path / "no" / "such" / "page.html"
+    assert main(["report", str(FIXTURES / "plan.json"), "--html", str(target)]) == 2
+    err = one_error_line(capsys)
+    assert "does not exist" in err and str(target.parent) in err
+    assert not target.parent.exists()
+
+
+def test_default_page_is_beside_the_document(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    need_page_module("plan")
+    source = tmp_path / "RUN.json"
+    shutil.copy(FIXTURES / "plan.json", source)
+    assert main(["report", str(source)]) == 0
+    page = tmp_path / "RUN.html"
+    assert page.is_file() and sorted(path.name for path in tmp_path.iterdir()) == ["RUN.html", "RUN.json"]
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("<!DOCTYPE html>") and text.rstrip().endswith("</html>")
+    assert f"page: {page}" in capsys.readouterr().out
+
+
+def test_json_to_standard_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    need_page_module("train")
+    target = tmp_path / "page.html"
+    assert main(["report", str(FIXTURES / "train.json"), "--html", str(target), "--json", "-"]) == 0
+    result = json.loads(capsys.readouterr().out)  # fails if anything but the JSON was printed
+    assert set(result) == {"page", "command", "created", "bytes"}
+    assert result["page"] == str(target) and result["command"] == "train"
+    assert result["created"] == fixture("train")["about"]["created"]
+    assert result["bytes"] == target.stat().st_size
+
+
+@pytest.mark.parametrize("command", ["train", "doctor", "bench", "plan", "report"])
+def test_html_flag_is_offered(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    assert "--html PATH" in capsys.readouterr().out
+
+
+def _refuse_work(*args, **kwargs):
+    raise AssertionError("the command started its work before checking --html")
+
+
+@pytest.mark.parametrize("command, words, work", [
+    ("train", ["--epochs", "1"], "gpufeed.train.loop.train"),
+    ("doctor", ["SCRIPT"], "gpufeed.doctor.inject.run_script"),
+    ("bench", ["--quick"], "gpufeed.bench.run.run_bench"),
+    ("plan", ["--model", "mlp"], "gpufeed.plan.run.make_plan"),
+])
+def test_html_into_a_missing_folder_fails_before_the_work(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch, command: str,
+                                                          words: list[str], work: str) -> None:
+    monkeypatch.setattr(work, _refuse_work)
+    script = tmp_path / "script.py"
+    script.write_text("print('the script ran')\n", encoding="utf-8")
+    words = [str(script) if word == "SCRIPT" else word for word in words]
+    target = tmp_path / "absent" / "x.html"
+    assert main([command, "--html", str(target), *words]) == 2
+    err = one_error_line(capsys)
+    assert f"--html {target}" in err and "does not exist" in err
