@@ -97,7 +97,12 @@ def duration_text(hours: float) -> str:
     """Hours as a person reads them: 3.2 h, 14 min, 40 s."""
     if hours >= 1:
         return f"{hours:.1f} h"
-    return f"{hours * 60:.0f} min" if hours * 60 >= 1 else f"{hours * 3600:.0f} s"
+    if hours * 60 >= 1:
+        return f"{hours * 60:.0f} min"
+    seconds = hours * 3600
+    if seconds >= 1:
+        return f"{seconds:.0f} s"
+    return f"{seconds * 1000:.0f} ms" if seconds * 1000 >= 1 else "under 1 ms"
 
 
 def _hours_text(option: GpuOption) -> str:
@@ -122,8 +127,9 @@ def recommend(options: Sequence[GpuOption], target_hours: float | None = None) -
     rentable = [o for o in within if o.cost_rent_usd is not None]
     if rentable:
         cheapest = min(rentable, key=lambda o: o.cost_rent_usd)
-        sentences.append(f"Cheapest to rent: {cheapest.name}, about ${cheapest.cost_rent_usd:,.2f} for "
-                         f"{_hours_text(cheapest)}.")
+        cost = cheapest.cost_rent_usd
+        money = f"about ${cost:,.2f}" if cost >= 0.01 else "under a cent"
+        sentences.append(f"Cheapest to rent: {cheapest.name}, {money} for {_hours_text(cheapest)}.")
     fastest = min(timed, key=lambda o: o.hours)
     sentences.append(f"Fastest: {fastest.name}, {_hours_text(fastest)}.")
     buyable = [o for o in within if o.cost_buy_usd is not None]

@@ -190,3 +190,34 @@ def write_html(path: str | Path, text: str) -> Path:
         raise GpufeedError(f"cannot write {path}: folder {target.parent} does not exist; create it first")
     write_text_atomic(target, text)
     return target
+
+
+def factor(value: float | None) -> str:
+    """A ratio such as a speed-up: 106×, 2.06×, 1.5×."""
+    return "n/a" if value is None else f"{value:.3g}×"
+
+
+def stacked_bars(axes, positions: Sequence[float], parts: dict[str, Sequence[float]],
+                 labels: dict[str, str] | None = None, widths: Sequence[float] | float = 0.8,
+                 align: str = "center") -> list[float]:
+    """Bars stacked bottom-up in the order of `parts` (name → heights), coloured by PART_COLOURS; returns the tops."""
+    tops = [0.0] * len(positions)
+    for name, heights in parts.items():
+        axes.bar(positions, heights, widths, bottom=tops, align=align, color=PART_COLOURS.get(name),
+                 label=(labels or {}).get(name, name), linewidth=0)
+        tops = [top + height for top, height in zip(tops, heights, strict=True)]
+    return tops
+
+
+def plain_log_ticks(axis) -> None:
+    """Tick labels on a log-scale axis (`axes.xaxis` or `.yaxis`) as plain numbers, 0.2, 1, 50, not 10^0; the
+    minor ticks at 2 and 5 of each decade are labelled too while the axis spans under two decades."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    def minor(value: float, _position) -> str:
+        low, high = sorted(axis.get_view_interval())
+        return f"{value:,.10g}" if low > 0 and high / low < 100 else ""
+
+    axis.set_major_formatter(FuncFormatter(lambda value, _position: f"{value:,.10g}"))
+    axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    axis.set_minor_formatter(FuncFormatter(minor))
