@@ -1,0 +1,218 @@
+"""The page of `gpufeed doctor --html`: the verdict, the gap between loader and model, where each watched step's time
+went, the host's readings, the findings with their evidence and fixes, and the gains that were measured. A pure
+function of the saved document; a document with no watched step (the script failed first) still makes a page."""
+
+from __future__ import annotations
+
+import math
+
+import numpy
+from matplotlib.ticker import FuncFormatter
+
+from gpufeed.report.html import PART_COLOURS, Page, factor, new_figure, number, percent, stacked_bars
+
+MEANINGS = {"input_bound": "the step waits for the next batch (the loader is too slow)",
+            "cpu_saturated": "the host's cores are all busy",
+            "host_to_device": "copies to the device take a large share of the step",
+            "launch_overhead": "the device idles between many small kernels",
+            "sync_stall": "the host waits on the device inside the step",
+            "small_batch": "the device is underfilled: raise the batch or fuse",
+            "precision": "float64 where float32 would do, or float32 where bf16/fp16 would",
+            "memory_pressure": "peak memory near the limit, allocator retries",
+            "periodic_stall": "every N steps a step is much slower",
+            "communication": "gradient all-reduce is not hidden behind compute",
+            "straggler": "one rank is slower than the rest",
+            "compute_bound": "healthy: the device is busy; the next gain is in the model or the kernels"}
+LABELS = {"data wait": "data wait (blocked on the next batch)", "host-to-device": "host-to-device copies (host time)",
+          "compute": "compute (device time, CUDA events)", "stalls": "stalls (host waiting on the device)",
+          "other host": "other host work (the rest of the step)"}
+CPU_REST = "compute and other host work (not separated on the CPU)"
+# host readings: (panel, key, label, divisor, colour); optional keys are drawn when the document has them
+SERIES = (("percent", "cpu_percent", "CPU, all cores", 1, "#1f77b4"),
+          ("percent", "gpu_utilization_percent", "GPU utilization (NVML)", 1, "#2ca02c"),
+          ("percent", "sm_activity_percent", "SM activity", 1, "#17becf"),
+          ("GiB", "gpu_memory_used_bytes", "GPU memory used", 2**30, "#2ca02c"),
+          ("GiB", "ram_used_bytes", "host RAM used", 2**30, "#1f77b4"),
+          ("GiB", "ram_total_bytes", "host RAM installed", 2**30, "#1f77b4"),
+          ("MiB/s", "disk_read_bytes_per_s", "disk reads", 2**20, "#8c564b"))
+
+
+def doctor_page(document: dict) -> Page:
+    verdict = document["verdict"]
+    page = Page(f"gpufeed doctor: {verdict['primary'] or 'no training step was watched'}", document["about"])
+    _verdict(page, document)
+    _rates(page, document)
+    timeline = document.get("timeline") or {}
+    if timeline.get("steps"):
+        _step_timeline(page, timeline["steps"])
+    if timeline.get("samples"):
+        _host_samples(page, timeline["samples"])
+    _findings(page, document["findings"])
+    if document.get("unmeasured"):
+        page.heading("Not measured")
+        page.bullets(document["unmeasured"])
+    return page
+
+
+def _verdict(page: Page, document: dict) -> None:
+    verdict, findings = document["verdict"], document["findings"]
+    page.heading("Verdict")
+    if verdict["primary"] is None:
+        page.paragraph(f"No training step was watched on {verdict['device']}, so there is no verdict: see the "
+                       "script's error and what could not be measured below.", css="lead")
+    else:
+        page.paragraph(f"{verdict['primary']}: {MEANINGS.get(verdict['primary'], 'see the findings')}.", css="lead")
+        first = next((finding for finding in findings if finding["kind"] == verdict["primary"]), None)
+        if first is not None and first.get("fix"):
+            page.paragraph(f"What to do first: {first['fix']}")
+        busy = verdict["device_busy"]
+        page.table(["measure", "value"], [
+            ("primary finding", verdict["primary"]), ("steps watched", f"{verdict['steps']:,}"),
+            ("device", verdict["device"]), ("data wait share", percent(verdict["data_wait"], 1)),
+            ("device busy share", percent(busy, 1) if busy is not None else "n/a (measured with CUDA events only)")])
+    if document.get("script_error"):
+        page.heading("The script's error", level=3)
+        page.code(document["script_error"])
+
+
+def _rates(page: Page, document: dict) -> None:
+    loader, model = document.get("loader_samples_per_s"), document.get("model_samples_per_s")
+    if loader is None or model is None or loader <= 0 or model <= 0:
+        if document["verdict"]["primary"] is not None:
+            page.paragraph(f"Loader rate {number(loader)} and model rate {number(model)} samples/s: the gap between "
+                           "them could not be measured.")
+        return
+    page.heading("The gap: loader against model")
+    gap = (f"the model could consume {factor(model / loader)} what the loader supplies" if model > loader
+           else f"the loader supplies {factor(loader / model)} what the model consumes: it keeps up")
+    page.paragraph(f"The loader supplies {loader:,.0f} samples/s; the model consumes {model:,.0f} samples/s when "
+                   f"fed instantly: {gap}.")
+    figure, axes = new_figure(8.0, 1.8)
+    for row, (value, label, colour) in enumerate(((loader, "loader supplies", PART_COLOURS["data wait"]),
+                                                  (model, "model consumes (fed instantly)", PART_COLOURS["compute"]))):
+        axes.barh(row, value, 0.6, color=colour, label=label)
+        axes.annotate(f"{value:,.0f}", (value, row), xytext=(4, 0), textcoords="offset points", va="center")
+    axes.set_yticks([0, 1], ["loader", "model"])
+    axes.set_xlim(0, max(loader, model) * 1.15)
+    axes.set_xlabel("samples per second")
+    figure.legend(loc="outside lower center", ncols=2, frameon=False, fontsize="small")
+    page.chart(figure, "Samples per second the input pipeline supplied while watched, against what the model "
+                       "consumes when every batch is ready at once.")
+
+
+def step_parts(steps: list[dict]) -> dict[str, list[float]]:
+    """Seconds of each part of each step; "compute" only when some step measured it, "other host" the rest of the
+    wall time (never negative; device compute overlaps host work, so the parts can add up to more than the wall)."""
+    parts = {"data wait": [step["data_wait_s"] for step in steps], "host-to-device": [step["copy_s"] for step in steps],
+             "compute": [step["compute_s"] or 0.0 for step in steps], "stalls": [step["sync_s"] for step in steps]}
+    if all(step["compute_s"] is None for step in steps):
+        del parts["compute"]
+    parts["other host"] = [max(0.0, step["wall_s"] - sum(values[index] for values in parts.values()))
+                           for index, step in enumerate(steps)]
+    return parts
+
+
+def _step_timeline(page: Page, steps: list[dict]) -> None:
+    parts = step_parts(steps)
+    measured = "compute" in parts
+    shown = {name: [value * 1000 for value in values] for name, values in parts.items() if any(values)}
+    left_out = [name for name in parts if name not in shown]
+    labels = dict(LABELS) if measured else {**LABELS, "other host": CPU_REST}
+    figure, axes = new_figure(8.0, 3.4)
+    positions = [step["index"] for step in steps]
+    tops = stacked_bars(axes, positions, shown, labels)
+    walls = [step["wall_s"] * 1000 for step in steps]
+    overlap = any(top > wall * 1.001 for top, wall in zip(tops, walls, strict=True))
+    if overlap:
+        axes.hlines(walls, [x - 0.4 for x in positions], [x + 0.4 for x in positions], colors="black",
+                    linewidth=1.2, label="step wall time")
+    axes.set_xlabel("watched step")
+    axes.set_ylabel("milliseconds")
+    figure.legend(loc="outside lower center", ncols=3, frameon=False, fontsize="small")
+    notes = ["Each bar is one watched step; its height is the step's time in milliseconds, by part."]
+    if measured:
+        notes.append("Compute is device time (CUDA events) and can overlap host work"
+                     + ("; where the parts add up to more than the step, the black tick marks its wall time."
+                        if overlap else "."))
+    else:
+        notes.append("Without a device-time measure (on the CPU) compute is inside the rest of the host's time.")
+    if left_out:
+        notes.append(f"Zero in every step, so not drawn: {', '.join(left_out)}.")
+    page.heading("Step timeline")
+    page.chart(figure, " ".join(notes))
+
+
+def _host_samples(page: Page, samples: list[dict]) -> None:
+    present = [series for series in SERIES if any(sample.get(series[1]) is not None for sample in samples)]
+    panels = list(dict.fromkeys(series[0] for series in present))
+    if not panels:
+        return
+    figure, grid = new_figure(8.0, 1.2 + 1.6 * len(panels), len(panels), 1)
+    rows = dict(zip(panels, numpy.atleast_1d(grid).ravel(), strict=True))
+    times = [sample["time_s"] for sample in samples]
+    for panel, key, label, divisor, colour in present:
+        values = [math.nan if sample.get(key) is None else sample[key] / divisor for sample in samples]
+        total = key.endswith("total_bytes")  # a capacity: a dashed line without markers
+        rows[panel].plot(times, values, color=colour, label=label, linewidth=1 if total else 1.5,
+                         linestyle="--" if total else "-", marker=None if total else ".")
+    cores = [sample.get("cpu_per_core_percent") or [] for sample in samples]
+    if "percent" in rows and all(cores):
+        rows["percent"].fill_between(times, [min(each) for each in cores], [max(each) for each in cores],
+                                     color=SERIES[0][4], alpha=0.15, label="idlest to busiest core")
+    for panel, axes in rows.items():
+        axes.set_ylabel(panel)
+        axes.set_ylim(0, 105 if panel == "percent" else None)
+        axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
+    rows[panels[-1]].set_xlabel("seconds since the watch began")
+    page.heading("Host readings")
+    page.chart(figure, "Readings taken about every 0.1 s while the script ran: utilization in percent (the band "
+                       "spans the idlest to the busiest core)" + (", memory in GiB" if "GiB" in rows else "")
+               + (", disk reads in MiB/s" if "MiB/s" in rows else "") + ".")
+
+
+def _findings(page: Page, findings: list[dict]) -> None:
+    page.heading("Findings")
+    if not findings:
+        page.paragraph("No finding.")
+        return
+    page.table(["kind", "severity", "share of step time", "confidence", "verified gain"],
+               [(finding["kind"], finding["severity"], percent(finding["share"]), finding["confidence"],
+                 factor(finding["gain"]["measured"]) if finding.get("gain") else "not measured")
+                for finding in findings], classes=[f"sev-{finding['severity']}" for finding in findings])
+    _gains(page, [finding for finding in findings if finding.get("gain")])
+    for finding in findings:
+        page.heading(f"{finding['kind']} ({finding['severity']}, {finding['confidence']} confidence)", level=3)
+        page.paragraph(MEANINGS.get(finding["kind"], "") + f"; {percent(finding['share'])} of the step time.")
+        page.table(["evidence", "value"], [(key, number(value)) for key, value in finding["evidence"].items()])
+        if finding.get("fix"):
+            page.paragraph(finding["fix"])
+        if finding.get("snippet"):
+            page.code(finding["snippet"])
+        gain = finding.get("gain")
+        page.paragraph(f"Verified: {factor(gain['measured'])} the samples/s. How: {gain['how'].rstrip('.')}." if gain
+                       else "Not verified by an experiment.")
+
+
+def _gains(page: Page, verified: list[dict]) -> None:
+    if not verified:
+        return
+    values = [finding["gain"]["measured"] for finding in verified]
+    figure, axes = new_figure(8.0, 0.9 + 0.45 * len(verified))
+    rows = list(range(len(verified)))
+    axes.barh(rows, [value - 1.0 for value in values], 0.6, left=1.0, color=PART_COLOURS["compute"],
+              label="measured speed-up")
+    for row, value in zip(rows, values, strict=True):
+        axes.annotate(factor(value), (value, row), xytext=(4, 0), textcoords="offset points", va="center")
+    axes.axvline(1.0, color="black", linestyle="--", linewidth=1, label="1× (no change)")
+    wide = max(values + [1.0]) / min(values + [1.0]) > 10
+    if wide:
+        axes.set_xscale("log")
+        axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.set_xlim(min(values + [1.0]) * (0.8 if wide else 0), max(values) * (2.0 if wide else 1.15))
+    axes.set_yticks(rows, [finding["kind"] for finding in verified])
+    axes.invert_yaxis()
+    axes.set_xlabel("speed-up (samples/s with the change ÷ without)" + (", log scale" if wide else ""))
+    axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
+    page.chart(figure, "The gains measured by re-running the script with one change each (doctor --try): new "
+                       "samples/s over the first run's; the dashed line is no change. How each was measured is "
+                       "under its finding.")

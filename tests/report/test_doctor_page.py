@@ -1,0 +1,138 @@
+"""The page of `gpufeed doctor --html`: built from a real run's document and from hand-made variants."""
+
+from __future__ import annotations
+
+import copy
+import html
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_train_page import parse_page, visible  # the same page checks (tests/ is not a package)
+
+from gpufeed.report.doctor_page import step_parts
+from gpufeed.report.document import render
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def load() -> dict:
+    return json.loads((FIXTURES / "doctor.json").read_text(encoding="utf-8"))
+
+
+def gpu_run() -> dict:
+    """The fixture as if on a GPU: copies, device compute, sync stalls, NVML readings and the optional host keys."""
+    document = load()
+    document["verdict"].update(device="cuda:0", device_busy=0.41)
+    for step in document["timeline"]["steps"]:
+        step.update(copy_s=0.004, copy_bytes=12_288, compute_s=0.009, sync_count=1, sync_s=0.002,
+                    kernel_launches=31)
+        if step["index"] % 2 == 0:  # a short wait leaves other host work; odd steps keep their 21 ms wait
+            step["data_wait_s"] = 0.004
+    for index, sample in enumerate(document["timeline"]["samples"]):
+        sample.update(gpu_utilization_percent=40.0 + index, gpu_memory_used_bytes=3 * 2**30,
+                      ram_used_bytes=5 * 2**30, ram_total_bytes=16 * 2**30, sm_activity_percent=30.0,
+                      disk_read_bytes_per_s=None)
+    document["findings"][1]["gain"] = {"measured": 1.37, "how": "doubled batch: 30 steps, 250 vs 182 samples/s"}
+    return document
+
+
+def crashed_run() -> dict:
+    """What doctor saves when the script raised before its first step."""
+    document = load()
+    document.update(verdict={"primary": None, "device_busy": None, "data_wait": None, "steps": 0, "device": "cpu"},
+                    findings=[], loader_samples_per_s=None, model_samples_per_s=None,
+                    script_error="ZeroDivisionError: division by zero (train.py, line 12)",
+                    timeline={"steps": [], "samples": []},
+                    unmeasured=["watch incomplete: the script raised before its first step"])
+    return document
+
+
+def test_the_fixture_makes_a_balanced_page_with_four_charts_and_its_numbers():
+    document = load()
+    page = render(document)
+    parsed = parse_page(page)
+    assert parsed.charts == 4  # the gap, the step timeline, the host readings, the verified gains
+    text = visible(parsed)
+    assert "gpufeed doctor: input_bound" in text
+    assert "input_bound: the step waits for the next batch" in text
+    assert "95.3%" in text  # the data wait share 0.9528 as the verdict shows it
+    assert "The loader supplies 191 samples/s; the model consumes 3,852 samples/s" in text
+    assert "20.2×" in text  # 3851.86 / 190.92
+    for finding in document["findings"]:
+        assert f"{finding['kind']} ({finding['severity']}, {finding['confidence']} confidence)" in text
+        assert html.escape(finding["snippet"]) in page
+    assert "106×" in text  # the measured gain, 106.41
+    assert "Zero in every step, so not drawn: host-to-device, stalls." in text
+    for line in document["unmeasured"]:
+        assert html.escape(line) in page
+
+
+def test_a_gpu_run_draws_every_part_of_the_step_and_the_gpu_readings():
+    page = render(gpu_run())
+    parsed = parse_page(page)
+    assert parsed.charts == 4
+    text = visible(parsed)
+    assert "41.0%" in text and "1.37×" in text and "memory in GiB" in text
+    for label in ("host-to-device copies (host time)", "compute (device time, CUDA events)",
+                  "stalls (host waiting on the device)", "GPU utilization (NVML)", "SM activity", "host RAM used",
+                  "host RAM installed"):
+        assert label in page
+    assert "disk reads" not in page  # present as a key, but never measured
+    assert "not separated on the CPU" not in page and "so not drawn" not in text
+    assert "step wall time" in page and "black tick" in text  # odd steps: 21 + 4 + 9 + 2 ms > their 22 ms wall time
+
+
+def test_a_run_that_crashed_before_any_step_still_makes_a_page_without_charts():
+    document = crashed_run()
+    parsed = parse_page(render(document))
+    assert parsed.charts == 0
+    text = visible(parsed)
+    assert "gpufeed doctor: no training step was watched" in text
+    assert "ZeroDivisionError: division by zero (train.py, line 12)" in text
+    assert "watch incomplete: the script raised before its first step" in text
+    assert "No finding." in text
+
+
+def test_a_crashed_run_with_host_readings_draws_only_them():
+    document = crashed_run()
+    document["timeline"]["samples"] = load()["timeline"]["samples"]
+    assert parse_page(render(document)).charts == 1
+
+
+def _step(wall: float, wait: float, copy: float, compute: float | None, sync: float) -> dict:
+    return {"index": 0, "start_s": 0.0, "wall_s": wall, "data_wait_s": wait, "copy_s": copy, "copy_bytes": 0,
+            "copy_pageable_bytes": 0, "compute_s": compute, "sync_count": 1, "sync_s": sync, "batch_size": 8,
+            "float64_ops": 0, "kernel_launches": None}
+
+
+def test_step_parts_other_host_is_the_rest_of_the_wall_time_and_never_negative():
+    parts = step_parts([_step(0.030, 0.002, 0.004, 0.020, 0.001), _step(0.030, 0.002, 0.004, 0.020, 0.015),
+                        _step(0.030, 0.010, 0.0, None, 0.0)])
+    assert list(parts) == ["data wait", "host-to-device", "compute", "stalls", "other host"]
+    # by hand: 30 - 2 - 4 - 20 - 1 = 3 ms; 30 - 2 - 4 - 20 - 15 < 0, so 0; 30 - 10 (compute not measured) = 20 ms
+    assert parts["other host"] == pytest.approx([0.003, 0.0, 0.020])
+    assert parts["compute"] == [0.020, 0.020, 0.0]
+
+
+def test_step_parts_on_the_cpu_have_no_compute_part():
+    parts = step_parts([_step(0.050, 0.010, 0.005, None, 0.002)])
+    assert "compute" not in parts
+    assert parts["other host"] == pytest.approx([0.033])  # 50 - 10 - 5 - 2 ms
+
+
+def test_report_of_the_fixture_through_the_command_line(tmp_path):
+    from gpufeed.cli.main import main
+
+    saved = tmp_path / "doctor.json"
+    shutil.copy(FIXTURES / "doctor.json", saved)
+    assert main(["report", str(saved)]) == 0  # the page goes beside the document
+    assert (tmp_path / "doctor.html").read_text(encoding="utf-8") == render(load())
+
+
+def test_the_page_does_not_change_the_document():
+    document = gpu_run()
+    before = copy.deepcopy(document)
+    render(document)
+    assert document == before
