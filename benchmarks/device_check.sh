@@ -3,29 +3,90 @@
 # Results go under $OUT. Run from the repository root:   bash benchmarks/device_check.sh
 # The machine's python3 already has torch (CUDA), numpy, psutil, rich, pillow, safetensors, nvidia-ml-py, pytest;
 # gpufeed runs from the source tree.
+#
+# Time: each step's estimate (one H200, 16 cores) is in its comment, about 400 s in all. Each step also has a
+# limit, and `within` cuts any limit to what is left of BUDGET_S (470 s) since the start, and skips a step when
+# under 10 s are left, so the whole script ends before 8 minutes even when steps run long.
 set -u
 OUT=${OUT:-$(mktemp -d)}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export GPUFEED_CACHE="$OUT/cache"
-step() { echo; echo "== $(date -u +%H:%M:%S) $*"; }
+START_S=$(date +%s)
+BUDGET_S=${BUDGET_S:-470}
+step() { echo; echo "== $(date -u +%H:%M:%S) (+$(( $(date +%s) - START_S )) s) $*"; }
+within() {  # within LIMIT COMMAND...: COMMAND under timeout, LIMIT seconds or what is left of the budget if less
+  local limit=$1 left
+  shift
+  left=$(( BUDGET_S - ($(date +%s) - START_S) ))
+  (( left < limit )) && limit=$left
+  if (( limit < 10 )); then
+    echo "skipped, the 8-minute budget is spent: $*"
+    return 124
+  fi
+  timeout "$limit" "$@"
+}
 {
-  step "machine"
+  step "machine"  # est 10 s
   nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current,power.limit --format=csv
   python3 -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__)"
   python3 -m gpufeed info --json "$OUT/info.json" > /dev/null && echo "info written"
 
-  step "GPU tests (the CUDA paths of the feed and the trainer)"
-  timeout 150 python3 -m pytest -q -x -p no:cacheprovider -k "cuda or gpu" tests/ 2>&1 | tail -15
+  step "GPU tests (the CUDA paths of the feed and the trainer)"  # est 60 s
+  within 150 python3 -m pytest -q -x -p no:cacheprovider -k "cuda or gpu" --ignore=tests/doctor/test_gpu_scripts.py \
+    tests/ 2>&1 | tail -15
 
-  step "train: the default CNN on the GPU, 5 epochs"
-  timeout 120 python3 -m gpufeed train --json "$OUT/train_cnn.json" | tail -6
+  step "doctor: the GPU bottleneck scripts' tests (verdicts and key findings)"  # est 40 s: 4 tests of 5-10 s
+  within 90 python3 -m pytest -q -p no:cacheprovider -rs tests/doctor/test_gpu_scripts.py 2>&1 | tail -25
 
-  step "train: resnet18, 1 epoch, device busy share"
-  timeout 90 python3 -m gpufeed train --model resnet18 --epochs 1 --json "$OUT/train_resnet18.json" | tail -6
+  # est 60 s: item_sync 1 run (no experiment for sync_stall), tiny_kernels 3 runs (double_batch finds no
+  # DataLoader), pageable_copy 5 (pin_memory), cpu_augment 9 (replay, workers); 35 steps a run, 5-50 ms a step
+  step "doctor --try --repeats 2 on each GPU script (verdicts, findings, measured gains)"
+  for script in tests/doctor/scripts/gpu_*.py; do
+    name=$(basename "$script" .py)
+    within 60 python3 -m gpufeed doctor --steps 30 --warmup 5 --try --repeats 2 --json "$OUT/doctor_$name.json" \
+      "$script" > "$OUT/doctor_$name.txt" 2>&1
+    echo "$name: exit status $? (report: doctor_$name.txt, doctor_$name.json)"
+  done
+  python3 - "$OUT"/doctor_gpu_*.json <<'EOF'
+import json
+import sys
+from pathlib import Path
 
-  step "feed on the GPU: staging, ring, resident, busy share, upper bound"
-  timeout 100 python3 benchmarks/feed_gpu.py --repeats 3 | tee "$OUT/feed_gpu.txt"
+for path in sys.argv[1:]:
+    name = Path(path).stem.removeprefix("doctor_")
+    try:
+        document = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as error:
+        print(f"{name}: no report ({error})")
+        continue
+    verdict = document["verdict"]
+    busy, wait = verdict.get("device_busy"), verdict.get("data_wait")
+    print(f"{name}: {verdict['primary']} ({verdict['steps']} steps on {verdict['device']}, device busy "
+          f"{'NA' if busy is None else f'{busy:.0%}'}, data wait {'NA' if wait is None else f'{wait:.0%}'})")
+    for finding in document["findings"]:
+        gain = finding.get("gain")
+        print(f"    {finding['kind']} {finding['severity']} share {finding['share']:.0%}"
+              + (f"; verified {gain['measured']:.2f}x: {gain['how']}" if gain else ""))
+    for line in document["unmeasured"]:
+        if line.startswith(("verified fix", "watch incomplete", "operators and kernel launches")):
+            print(f"    not measured: {line}")
+EOF
 
-  step "bench --quick"
-  timeout 150 python3 -m gpufeed bench --quick --json "$OUT/bench.json" | tail -30
+  # doctor_overhead.py runs its loop on the CPU (it has no device option): the hooks' host cost on 16 cores.
+  step "doctor overhead (CPU loop): bare vs with the doctor's hooks"  # est 20 s
+  within 60 python3 benchmarks/doctor_overhead.py --steps 40 --repeats 5 | tee "$OUT/doctor_overhead.txt"
+
+  step "train: the default CNN on the GPU, 5 epochs"  # est 50 s (building the dataset's cache included)
+  within 120 python3 -m gpufeed train --json "$OUT/train_cnn.json" | tail -6
+
+  step "train: resnet18, 1 epoch, device busy share"  # est 40 s
+  within 90 python3 -m gpufeed train --model resnet18 --epochs 1 --json "$OUT/train_resnet18.json" | tail -6
+
+  step "feed on the GPU: staging, ring, resident, busy share, upper bound"  # est 60 s
+  within 100 python3 benchmarks/feed_gpu.py --repeats 3 | tee "$OUT/feed_gpu.txt"
+
+  step "bench --quick"  # est 60 s (27 s on a 2-core CPU without a GPU)
+  within 150 python3 -m gpufeed bench --quick --json "$OUT/bench.json" | tail -30
+
+  step "done"
 } 2>&1 | tee "$OUT/device_check.log"

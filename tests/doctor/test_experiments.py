@@ -1,12 +1,15 @@
-"""`gpufeed doctor --try`: experiments re-run the test scripts with one change and measure the gain against the
-baseline run. Gains are checked only where the script makes them large and certain (sleeps); elsewhere the tests
-check that the change took effect, that failures become `unmeasured` lines, and that every patch is undone."""
+"""`gpufeed doctor --try`: experiments re-run the test scripts with one change and measure the gain against fresh
+baseline runs, in pairs. Gains are checked only where the script makes them large and certain (sleeps); elsewhere
+the tests check that the change took effect, that failures become `unmeasured` lines, and that every patch is
+undone. The pairing, the median and the range are checked with a stub runner against hand-computed numbers."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -15,19 +18,13 @@ from torch.nn.modules import module
 from torch.utils.data import DataLoader, dataloader
 
 from gpufeed.cli.main import main
-from gpufeed.doctor import experiments
-from gpufeed.doctor.experiments import (
-    Changes,
-    Experiment,
-    autocast_forward,
-    loader_experiment,
-    plan_experiments,
-    run_experiments,
-    run_trial,
-)
+from gpufeed.doctor import experiments, trials
+from gpufeed.doctor.experiments import Changes, Experiment, autocast_forward, loader_experiment, plan_experiments
 from gpufeed.doctor.inject import run_script
 from gpufeed.doctor.report import Finding, Report, Verdict
+from gpufeed.doctor.trials import Run, run_experiments, run_trial
 from gpufeed.doctor.watch import Watcher
+from gpufeed.measure.steps import StepRecord
 
 SCRIPTS = Path(__file__).parent / "scripts"
 
@@ -56,25 +53,28 @@ def finding(kind: str, severity: str, evidence: dict) -> Finding:
 
 def test_replaying_batches_and_more_workers_are_measured_on_a_loop_that_waits_for_its_loader() -> None:
     before = patched_state()
-    report, records = baseline("input_bound")
+    report, _ = baseline("input_bound")
     assert report.findings[0].kind == "input_bound" and report.findings[0].severity == "high"
-    findings, unmeasured = run_experiments(str(SCRIPTS / "input_bound.py"), [], False, report, records, steps=10,
-                                           warmup=2, timeout_s=20)
+    findings, unmeasured = run_experiments(str(SCRIPTS / "input_bound.py"), [], False, report, steps=10, warmup=2,
+                                           timeout_s=20, repeats=2)
     assert patched_state() == before
     gain = findings[0].gain
+    replay_how, workers_how = gain.how.split("; ")
     # Each sample sleeps 5 ms, so a batch of 4 waits >= 20 ms against well under 1 ms of model work on any CPU:
     # served from memory the step loses that wait, ~20x in theory. 1.5 leaves room for a slow or busy machine
     # and still fails if the replay did not take (the ratio would then be ~1).
     assert gain is not None and gain.measured > 1.5
-    baseline_rate = sum(r.batch_size for r in records) / sum(r.wall_s for r in records)  # 4 samples per step
-    replay_how, workers_how = gain.how.split("; ")
-    rates = re.fullmatch(r"replayed the first 8 batches .*: 10 steps, ([\d,.]+) vs ([\d,.]+) samples/s", replay_how)
-    assert rates is not None, replay_how
-    new, old = (float(rate.replace(",", "")) for rate in rates.groups())
-    assert old == pytest.approx(baseline_rate, rel=0.01) and new / old == pytest.approx(gain.measured, rel=0.01)
-    workers = re.fullmatch(r"DataLoader\(num_workers=\d+, persistent_workers=True\): 10 steps, [\d,.]+ vs "
-                           r"[\d,.]+ samples/s \(([\d.]+)x\)", workers_how)
-    assert workers is not None and float(workers.group(1)) > 0, workers_how  # 2 cores here: any value is honest
+    replay = re.fullmatch(r"replayed the first 8 batches .*: median of 2 pairs ([\d.]+)x \(([\d.]+)–([\d.]+)\), "
+                          r"10 steps each \(samples/s, each pair a fresh baseline run then the change\)", replay_how)
+    assert replay is not None, replay_how
+    middle, low, high = (float(value) for value in replay.groups())
+    assert low <= middle <= high and middle == pytest.approx(gain.measured, abs=0.005)
+    assert middle == pytest.approx((low + high) / 2, abs=0.01)  # two pairs: the median is their mean
+    workers = re.fullmatch(r"DataLoader\(num_workers=(\d+), persistent_workers=True\): median of 2 pairs "
+                           r"([\d.]+)x \([\d.]+–[\d.]+\), 10 steps each .*", workers_how)
+    assert workers is not None, workers_how
+    if int(workers.group(1)) >= 2:  # 2+ processes each sleeping 5 ms per sample: about workers x the rate
+        assert float(workers.group(2)) > 1.0
     assert [f.gain for f in findings[1:]] == [None] * (len(findings) - 1)  # small_batch (low): not tried
     assert not any(line.startswith("verified fix for input_bound") for line in unmeasured)
 
@@ -86,20 +86,20 @@ def test_no_experiment_without_a_high_or_medium_finding(monkeypatch: pytest.Monk
     def must_not_run(*args, **kwargs):
         raise AssertionError("an experiment ran")
 
-    monkeypatch.setattr(experiments, "run_script", must_not_run)
-    findings, unmeasured = run_experiments(str(SCRIPTS / "compute_bound.py"), [], False, report, records, 10, 2)
+    monkeypatch.setattr(trials, "run_script", must_not_run)
+    findings, unmeasured = run_experiments(str(SCRIPTS / "compute_bound.py"), [], False, report, 10, 2)
     assert findings == report.findings and unmeasured == [
         "verified fixes (--try): none tried, no finding of high or medium severity"]
 
 
 def test_a_crashing_experiment_is_a_line_in_unmeasured() -> None:
     before = patched_state()
-    report, records = baseline("input_bound", steps=5)
-    findings, unmeasured = run_experiments(str(SCRIPTS / "crashes.py"), [], False, report, records, 5, 2, 20)
+    report, _ = baseline("input_bound", steps=5)
+    findings, unmeasured = run_experiments(str(SCRIPTS / "crashes.py"), [], False, report, 5, 2, 20, repeats=2)
     assert patched_state() == before and findings == report.findings  # no gain anywhere
-    for name in ("replay", "workers"):
-        assert any(line.startswith(f"verified fix for input_bound ({name}): the script raised ValueError: loss "
-                                   "became NaN") for line in unmeasured), unmeasured
+    for name in ("replay", "workers"):  # the baseline run before each raised first
+        assert any(line.startswith(f"verified fix for input_bound ({name}): the baseline run before it: the script "
+                                   "raised ValueError: loss became NaN") for line in unmeasured), unmeasured
 
 
 def test_a_change_that_breaks_is_reported_and_undone() -> None:
@@ -110,26 +110,135 @@ def test_a_change_that_breaks_is_reported_and_undone() -> None:
         raise RuntimeError("cannot patch this")
 
     trial = run_trial(Experiment("input_bound", "broken", "a broken change", install), str(SCRIPTS /
-                      "input_bound.py"), [], False, [], steps=3, warmup=0)
+                      "input_bound.py"), [], False, steps=3, warmup=0)
     assert trial.gain is None and trial.problem.startswith("the experiment failed: RuntimeError: cannot patch this")
     assert patched_state() == before
 
 
 def test_a_change_that_does_not_take_is_not_a_gain() -> None:
-    report, records = baseline("compute_bound")  # tensors sliced in memory: no DataLoader to change
+    # tensors sliced in memory: no DataLoader to change
     doubled = run_trial(loader_experiment("small_batch", "double_batch", batch_factor=2),
-                        str(SCRIPTS / "compute_bound.py"), [], False, records, steps=5, warmup=1)
+                        str(SCRIPTS / "compute_bound.py"), [], False, steps=5, warmup=1, repeats=1)
     assert doubled.gain is None and doubled.problem.startswith("no DataLoader batch size was read")
     replayed = run_trial(plan_for("input_bound", {"loader_workers": 0, "suggested_workers": 2})[0],
-                         str(SCRIPTS / "compute_bound.py"), [], False, records, steps=5, warmup=1)
+                         str(SCRIPTS / "compute_bound.py"), [], False, steps=5, warmup=1, repeats=1)
     assert replayed.gain is None and replayed.problem.startswith("no DataLoader batch was replayed")
 
 
 def test_a_doubled_batch_reaches_the_loader() -> None:
-    _, records = baseline("input_bound", steps=5)
     trial = run_trial(loader_experiment("small_batch", "double_batch", batch_factor=2),
-                      str(SCRIPTS / "input_bound.py"), [], False, records, steps=5, warmup=1)
+                      str(SCRIPTS / "input_bound.py"), [], False, steps=5, warmup=1, repeats=1)
     assert trial.gain is not None and trial.gain.measured > 0 and "batch_size x2" in trial.gain.how  # 4 -> 8
+    assert trial.gain.how.endswith(": 1 pair " + f"{trial.gain.measured:.2f}x, 5 steps each (samples/s vs a fresh "
+                                   "baseline run; one pair, so the ratio carries one run's noise)")
+
+
+# --- pairs, median and range, with a stub runner (no script runs) --------------------------------------------
+
+
+def made_steps(walls: list[float], batch_size: int | None = 4) -> list[StepRecord]:
+    """Records with the given wall times and batch size, nothing else measured."""
+    known = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "compute_s": None,
+             "sync_count": 0, "sync_s": 0.0, "batch_size": batch_size, "float64_ops": 0, "kernel_launches": None}
+    names = [f.name for f in dataclasses.fields(StepRecord)]
+    return [StepRecord(**{name: known.get(name) for name in names if name not in ("index", "start_s", "wall_s")},
+                       index=index, start_s=sum(walls[:index]), wall_s=wall) for index, wall in enumerate(walls)]
+
+
+def took() -> Changes:
+    changes = Changes()
+    changes.counts["replayed batches"] = 8
+    return changes
+
+
+class StubRunner:
+    """Hands out one prepared run per call, in order (None: a run that saw no step), and notes each call as
+    (experiment name or None for a baseline, steps, warmup). Its runs look as if the change took: 2 loader
+    workers, batches replayed."""
+
+    def __init__(self, walls: list[list[float] | None], batch_size: int | None = 4):
+        self.runs = [Run([], "no training step seen in 20 s") if w is None else
+                     Run(steps := made_steps(w, batch_size), None,
+                         SimpleNamespace(records=steps, loader_workers=2, loader_pin_memory=None), took())
+                     for w in walls]
+        self.handed_out: list[Run] = []
+        self.calls: list[tuple] = []
+
+    def __call__(self, target, args, is_module, experiment, steps, warmup, timeout_s) -> Run:
+        self.calls.append((None if experiment is None else experiment.name, steps, warmup))
+        self.handed_out.append(self.runs[len(self.handed_out)])
+        return self.handed_out[-1]
+
+
+# Hand-computed, 5 steps of batch 4 (20 samples) per run; rate = 20 / sum of the wall times:
+#   pair 1: baseline 0.5 s -> 40/s,  change 0.25 s -> 80/s:  2.0x
+#   pair 2: baseline 0.4 s -> 50/s,  change 0.1 s -> 200/s:  4.0x
+#   pair 3: baseline 1.0 s -> 20/s,  change 0.4 s -> 50/s:   2.5x   (uneven steps: the mean of per-step rates
+#           would be 22.7/s, not 20)
+# median 2.5x, range 2.0-4.0. Paired wrongly (a change with the next baseline) the ratios would be 1.6 and 10.
+PAIRS = [[0.1] * 5, [0.05] * 5, [0.08] * 5, [0.02] * 5, [0.1, 0.3, 0.2, 0.2, 0.2], [0.08] * 5]
+
+
+def test_each_change_is_paired_with_the_fresh_baseline_run_before_it_and_the_gain_is_the_median() -> None:
+    seen = []
+    experiment = Experiment("input_bound", "replay", "a change", lambda changes: None, min_warmup=8,
+                            check=lambda watcher, changes, base: seen.append(base))  # None: the change took
+    runner = StubRunner(PAIRS)
+    trial = run_trial(experiment, "train.py", [], False, steps=5, warmup=2, repeats=3, runner=runner)
+    assert runner.calls == [(None, 5, 8), ("replay", 5, 8)] * 3  # alternating, both with the change's warm-up
+    assert seen == [runner.handed_out[0].records, runner.handed_out[2].records, runner.handed_out[4].records]
+    assert trial.problem is None and trial.unit == "samples/s"
+    assert [rate for pair in trial.rates for rate in pair] == pytest.approx([40.0, 80.0, 50.0, 200.0, 20.0, 50.0])
+    assert trial.ratios == pytest.approx([2.0, 4.0, 2.5])
+    assert trial.gain.measured == pytest.approx(2.5)
+    assert trial.gain.how == ("a change: median of 3 pairs 2.50x (2.00–4.00), 5 steps each (samples/s, each pair a "
+                              "fresh baseline run then the change)")
+
+
+def test_two_pairs_take_the_mean_of_their_ratios_and_one_pair_says_it_has_no_repeats() -> None:
+    experiment = Experiment("input_bound", "replay", "a change", lambda changes: None)
+    two = run_trial(experiment, "train.py", [], False, 5, 0, repeats=2, runner=StubRunner(PAIRS[:4]))
+    assert two.gain.measured == pytest.approx(3.0)  # (2.0 + 4.0) / 2
+    assert "median of 2 pairs 3.00x (2.00–4.00)" in two.gain.how
+    one = run_trial(experiment, "train.py", [], False, 5, 0, repeats=1, runner=StubRunner([[0.1] * 5, [0.08] * 4]))
+    assert one.gain.measured == pytest.approx(1.25)  # 16 samples / 0.32 s = 50/s against 20 / 0.5 s = 40/s
+    assert one.gain.how == ("a change: 1 pair 1.25x, 4–5 steps per run (samples/s vs a fresh baseline run; one "
+                            "pair, so the ratio carries one run's noise)")
+
+
+def test_without_batch_sizes_the_gain_is_in_steps_per_second() -> None:
+    experiment = Experiment("input_bound", "replay", "a change", lambda changes: None)
+    trial = run_trial(experiment, "train.py", [], False, 5, 0, repeats=1, runner=StubRunner(PAIRS[:2], None))
+    assert trial.unit == "steps/s" and list(trial.rates[0]) == pytest.approx([10.0, 20.0])  # 5 steps in 0.5, 0.25 s
+    assert "(steps/s" in trial.gain.how
+    doubled = run_trial(loader_experiment("small_batch", "double_batch", batch_factor=2), "train.py", [], False, 5,
+                        0, repeats=1, runner=StubRunner(PAIRS[:2], None))
+    assert doubled.gain is None and doubled.problem.startswith("no DataLoader batch size was read")
+
+
+def test_a_failing_baseline_run_ends_the_trial_there() -> None:
+    experiment = Experiment("input_bound", "replay", "a change", lambda changes: None)
+    runner = StubRunner(PAIRS[:2] + [None] + PAIRS[3:])
+    trial = run_trial(experiment, "train.py", [], False, 5, 0, repeats=3, runner=runner)
+    assert trial.gain is None and trial.problem == "the baseline run before it: no training step seen in 20 s"
+    assert runner.calls == [(None, 5, 0), ("replay", 5, 0), (None, 5, 0)]  # nothing ran after the failure
+    with pytest.raises(ValueError, match="repeats must be at least 1"):
+        run_trial(experiment, "train.py", [], False, 5, 0, repeats=0, runner=runner)
+
+
+def test_the_experiments_run_their_own_pairs_and_not_against_the_first_run() -> None:
+    report = Report(Verdict("input_bound", None, 0.5, 10, "cpu"),
+                    [finding("input_bound", "high", {"loader_workers": 0, "suggested_workers": 2})])
+    runner = StubRunner(PAIRS[:4] + PAIRS[2:6])  # replay: 2.0x, 4.0x; workers: 4.0x, 2.5x
+    findings, unmeasured = run_experiments("train.py", [], False, report, 5, 2, repeats=2, runner=runner)
+    assert [name for name, _, _ in runner.calls] == [None, "replay", None, "replay", None, "workers", None, "workers"]
+    assert trials.total_runs(2, 2) == len(runner.calls) == 8
+    gain = findings[0].gain
+    assert gain.measured == pytest.approx(3.0)  # the first experiment's (replay) median
+    replay_how, workers_how = gain.how.split("; ")
+    assert "median of 2 pairs 3.00x (2.00–4.00)" in replay_how and "median of 2 pairs 3.25x (2.50–4.00)" in \
+        workers_how
+    assert unmeasured == []
 
 
 def plan_for(kind: str, evidence: dict, device: str = "cpu") -> list[Experiment]:
@@ -181,13 +290,17 @@ def test_autocast_covers_the_outermost_forward_and_is_left_even_when_stopped() -
 
 def test_the_command_prints_and_writes_the_gains(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "report.json"
-    status = main(["doctor", "--steps", "5", "--warmup", "2", "--try", "--json", str(target),
+    status = main(["doctor", "--steps", "5", "--warmup", "2", "--try", "--repeats", "2", "--json", str(target),
                    str(SCRIPTS / "input_bound.py")])
     captured = capsys.readouterr()
     document = json.loads(target.read_text())
     gain = document["findings"][0]["gain"]
     assert status == 0 and document["findings"][0]["kind"] == "input_bound" and gain["measured"] > 1.5
-    assert gain["how"].startswith("replayed the first 8 batches") and "5 steps" in gain["how"]
+    assert set(gain) == {"measured", "how"}
+    assert gain["how"].startswith("replayed the first 8 batches") and ": median of 2 pairs " in gain["how"]
+    assert "5 steps each" in gain["how"]
+    assert "2 experiments (replay, workers), 2 pairs each of a fresh baseline run and the change: 8 more runs" in \
+        captured.err
     assert re.search(r"verified: input_bound: [\d.]+x — replayed", captured.out)
     assert not any("not implemented" in line for line in document["unmeasured"])
 
@@ -200,3 +313,9 @@ def test_the_command_does_not_try_fixes_on_a_script_that_raises(capsys: pytest.C
     document = json.loads(target.read_text())
     assert status == 1 and "verified fixes (--try): not tried, the script raised; fix that first" in \
         document["unmeasured"]
+
+
+def test_repeats_below_one_is_wrong_input(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["doctor", "--try", "--repeats", "0", str(SCRIPTS / "input_bound.py")])
+    assert stopped.value.code == 2 and "--repeats: must be at least 1, got 0" in capsys.readouterr().err

@@ -68,6 +68,13 @@ def test_the_script_sees_what_plain_python_shows_it(tmp_path: Path, monkeypatch:
     assert outcome.problem is None and len(watcher.records) == 3
 
 
+def test_the_hooks_moved_to_hooks_py_are_still_importable_from_inject() -> None:
+    from gpufeed.doctor import hooks, inject
+
+    for name in ("Instrumentation", "first_tensor", "_Patch", "_DoctorStop", "SYNC_WARNING"):
+        assert getattr(inject, name) is getattr(hooks, name), name
+
+
 def test_every_patch_is_restored_even_with_the_cuda_patches_forced(monkeypatch: pytest.MonkeyPatch) -> None:
     before = patched_state()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the CUDA patches, exercised on CPU tensors
@@ -179,7 +186,7 @@ def test_a_missing_script_is_wrong_input(capsys: pytest.CaptureFixture[str], tmp
 
 def test_the_command_writes_the_report(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     target = tmp_path / "report.json"
-    status = main(["doctor", "--steps", "10", "--warmup", "2", "--try", "--json", str(target),
+    status = main(["doctor", "--steps", "10", "--warmup", "2", "--try", "--repeats", "1", "--json", str(target),
                    str(SCRIPTS / "input_bound.py")])
     captured = capsys.readouterr()
     document = json.loads(target.read_text())

@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from gpufeed.doctor.profile import ProfiledStep, ProfileSummary
 from gpufeed.doctor.report import KINDS
 from gpufeed.doctor.rules import diagnose, slow_outliers, stall_period
 from gpufeed.measure.steps import HostSample, StepRecord
@@ -22,9 +23,20 @@ def steps(count=20, **fields):
     return [step(index, **fields) for index in range(count)]
 
 
-def host(cpu=50.0, gpu=None, count=10):
+def host(cpu=50.0, gpu=None, count=10, ram=None, ram_total=64 * 2**30):
+    """`ram`: the used fraction of `ram_total` in every sample (None: not read)."""
     return [HostSample(time_s=0.1 * i, cpu_percent=cpu, cpu_per_core_percent=(), gpu_utilization_percent=gpu,
-                       gpu_memory_used_bytes=None) for i in range(count)]
+                       gpu_memory_used_bytes=None, ram_used_bytes=None if ram is None else int(ram * ram_total),
+                       ram_total_bytes=None if ram is None else ram_total) for i in range(count)]
+
+
+def profiled(steps=5, wall=0.02, operators=1300, outside=0.43, kernels=None, short=None, kernel_s=None, busy=None):
+    """The context's `profile` entry for `steps` identical profiled steps of `wall` seconds; `outside` and `busy`
+    are shares of the step, `kernel_s` seconds per step."""
+    cuda = kernels is not None
+    rows = [ProfiledStep(i, wall, operators, outside * wall, 0.0, kernels, short, kernel_s,
+                         busy * wall if cuda else None) for i in range(steps)]
+    return ProfileSummary(tuple(rows), steps, cuda).as_context()
 
 
 CPU = {"device": "cpu", "cpu_count": 8, "threads": 8, "loader_workers": 0, "loader_pin_memory": False,
@@ -130,8 +142,10 @@ def test_no_copy_finding_on_the_cpu():
     assert "host_to_device" not in by_kind(diagnose(steps(20, copy=0.05, copy_bytes=10**6), host(), CPU))
 
 
-def test_launch_overhead_when_device_idles_without_waits():
-    found = by_kind(diagnose(steps(20, compute=0.03, launches=500), host(), GPU))["launch_overhead"]
+def test_launch_overhead_from_the_event_span_when_kernels_were_not_profiled():
+    report = diagnose(steps(20, compute=0.03, launches=500), host(), GPU)
+    found = by_kind(report)["launch_overhead"]
+    assert any(line.startswith("operators and kernel launches: kernels not profiled") for line in report.unmeasured)
     assert found.share == pytest.approx(0.7) and found.severity == "high"
     assert found.evidence["device_busy"] == pytest.approx(0.3)
     assert found.evidence["kernel_launches_per_step"] == pytest.approx(500)
@@ -303,7 +317,114 @@ def test_every_other_step_slower_is_a_rhythm_not_a_stall():
 
 
 def test_a_subject_the_instrumentation_already_explained_is_not_repeated():
-    context = {**GPU, "unmeasured": ["kernel launches: not counted"]}
+    context = {**GPU, "unmeasured": ["operators and kernel launches: not profiled (profile_steps=0)"]}
     report = diagnose(steps(20, compute=0.03), host(), context)
-    launches = [line for line in report.unmeasured if line.startswith("kernel launches")]
-    assert launches == ["kernel launches: not counted"]
+    launches = [line for line in report.unmeasured if line.startswith("operators and kernel launches")]
+    assert launches == ["operators and kernel launches: not profiled (profile_steps=0)"]
+
+
+# --- launch_overhead from the profiled window (launch.py) ---------------------------------------------------
+
+
+def test_many_small_operators_on_the_cpu_are_launch_overhead():
+    report = diagnose(steps(20, wall=0.004, batch=4), host(), {**CPU, "batch_size": 4, "profile": profiled()})
+    found = by_kind(report)["launch_overhead"]
+    assert report.verdict.primary == "launch_overhead"
+    assert found.share == pytest.approx(0.43) and found.severity == "high" and found.confidence == "high"
+    assert found.evidence["operators_per_step"] == 1300
+    assert found.evidence["outside_operators_share"] == pytest.approx(0.43)
+    assert found.evidence["host_us_per_operator"] == pytest.approx(4000 / 1300)  # 4 ms watched step / 1300
+    assert found.evidence["profiled_step_ms"] == pytest.approx(20.0) and found.evidence["profiled_steps"] == 5
+    assert "torch.compile(model)" in found.snippet and "batch_size=16" in found.snippet
+
+
+@pytest.mark.parametrize("operators, outside, expected", [(1300, 0.19, None), (1300, 0.20, "medium"),
+                                                          (1300, 0.39, "medium"), (1300, 0.40, "high"),
+                                                          (199, 0.60, None), (200, 0.60, "high")])
+def test_cpu_launch_thresholds_200_operators_and_20_and_40_percent_outside(operators, outside, expected):
+    context = {**CPU, "profile": profiled(operators=operators, outside=outside)}
+    found = by_kind(diagnose(steps(20), host(), context)).get("launch_overhead")
+    assert (found.severity if found else None) == expected
+
+
+def test_a_cpu_loop_with_few_profiled_steps_agreeing_has_lower_confidence():
+    context = {**CPU, "profile": profiled(steps=2)}
+    assert by_kind(diagnose(steps(20), host(), context))["launch_overhead"].confidence == "medium"
+
+
+def test_a_cpu_loop_without_a_profile_is_not_judged_on_launches():
+    report = diagnose(steps(20), host(), CPU)
+    assert "launch_overhead" not in by_kind(report)
+    assert any(line.startswith("operators and kernel launches: not profiled") for line in report.unmeasured)
+
+
+def test_kernels_with_gaps_between_them_are_launch_overhead_on_a_gpu():
+    # the CUDA-event span says busy 95%; the profiled kernels cover 0.2 of a 0.15 s profiled step = 30 ms per
+    # step, 0.3 of the 0.1 s watched step: 70% idle, 70 us per launch for 1000 short kernels
+    context = {**GPU, "profile": profiled(wall=0.15, kernels=1000, short=900, kernel_s=0.025, busy=0.2)}
+    report = diagnose(steps(20, compute=0.095), host(), context)
+    found = by_kind(report)["launch_overhead"]
+    assert report.verdict.primary == "launch_overhead" and report.verdict.device_busy == pytest.approx(0.3)
+    assert found.share == pytest.approx(0.7) and found.severity == "high" and found.confidence == "high"
+    assert found.evidence["device_busy"] == pytest.approx(0.3)
+    assert found.evidence["event_span_busy"] == pytest.approx(0.95)
+    assert found.evidence["idle_us_per_launch"] == pytest.approx(0.07 / 1000 * 1e6)
+    assert found.evidence["short_kernel_fraction"] == pytest.approx(0.9)
+    assert found.evidence["mean_kernel_us"] == pytest.approx(25.0)
+    assert "reduce-overhead" in found.snippet
+    assert "compute_bound" not in by_kind(report)  # the event span alone would have called it healthy
+
+
+@pytest.mark.parametrize("change", [{"busy": 0.34}, {"short": 400}, {"kernels": 500, "short": 450}])
+def test_busy_devices_long_kernels_and_long_gaps_are_not_launch_overhead(change):
+    # busy 0.34 of 0.15 s = 51 ms, over half the 0.1 s step; 400 of 1000 short is under half; 500 kernels leave
+    # 0.07 s / 500 = 140 us per launch, beyond HTA's 100 us launch delay
+    fields = {"wall": 0.15, "kernels": 1000, "short": 900, "kernel_s": 0.025, "busy": 0.2, **change}
+    report = diagnose(steps(20, compute=0.095), host(), {**GPU, "profile": profiled(**fields)})
+    assert "launch_overhead" not in by_kind(report)
+
+
+def test_an_input_bound_gpu_is_not_launch_overhead():
+    context = {**GPU, "profile": profiled(wall=0.15, kernels=1000, short=900, kernel_s=0.025, busy=0.2)}
+    report = diagnose(steps(20, compute=0.095, wait=0.06), host(), context)
+    assert "launch_overhead" not in by_kind(report) and report.verdict.primary == "input_bound"
+
+
+# --- host RAM in memory_pressure ----------------------------------------------------------------------------
+
+
+def test_host_ram_at_90_percent_is_memory_pressure_with_its_evidence():
+    report = diagnose(steps(20), host(ram=0.95), CPU)
+    found = by_kind(report)["memory_pressure"]
+    assert (found.severity, found.share, found.confidence) == ("low", 0.0, "high")
+    assert found.evidence["host_ram_used_fraction"] == pytest.approx(0.95, abs=1e-9)
+    assert found.evidence["host_ram_total_gib"] == pytest.approx(64.0)
+    assert found.evidence["host_ram_used_gib"] == pytest.approx(0.95 * 64, abs=1e-6)
+    assert (found.evidence["host_samples"], found.evidence["host_samples_full"]) == (10, 10)
+    assert found.evidence["peak_fraction"] is None  # no device memory on the CPU
+    assert "Host RAM is nearly full" in found.fix and "Device memory" not in found.fix
+    assert report.verdict.primary == "compute_bound"  # a full RAM claims no share of the step
+
+
+def test_host_ram_below_90_percent_and_unread_ram_are_no_finding():
+    assert "memory_pressure" not in by_kind(diagnose(steps(20), host(ram=0.89), CPU))
+    report = diagnose(steps(20), host(), CPU)
+    assert "memory_pressure" not in by_kind(report)
+    assert "host RAM: no background sample read it" in report.unmeasured
+
+
+def test_the_fullest_sample_counts_and_device_and_host_evidence_combine():
+    samples = host(ram=0.5) + host(ram=0.93, count=2)
+    context = {**GPU, "memory_peak_bytes": 76 * 2**30}
+    found = by_kind(diagnose(steps(20, compute=0.09), samples, context))["memory_pressure"]
+    assert found.evidence["host_ram_used_fraction"] == pytest.approx(0.93, abs=1e-9)
+    assert (found.evidence["host_samples"], found.evidence["host_samples_full"]) == (12, 2)
+    assert found.evidence["peak_fraction"] == pytest.approx(0.95)
+    assert "Device memory" in found.fix and "Host RAM" in found.fix
+
+
+def test_a_sync_costs_the_idle_share_the_profiled_kernels_leave():
+    # the event span reads 97% busy, so a 30% sync share would cost 3%; the kernels cover 0.06 s of the 0.1 s step
+    context = {**GPU, "profile": profiled(wall=0.15, kernels=100, short=10, kernel_s=0.06, busy=0.4)}
+    found = by_kind(diagnose(steps(20, compute=0.097, syncs=1, sync=0.03), host(), context))["sync_stall"]
+    assert found.evidence["device_busy"] == pytest.approx(0.6) and found.share == pytest.approx(0.3)

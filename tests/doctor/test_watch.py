@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -11,7 +12,10 @@ from torch import nn
 from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader, Dataset
 
+from gpufeed.doctor.inject import run_script
 from gpufeed.doctor.watch import Watcher, batch_size_of, watch
+
+SCRIPTS = Path(__file__).parent / "scripts"
 
 
 class SlowDataset(Dataset):
@@ -36,7 +40,7 @@ def train_step(model: nn.Module, optimizer, inputs, labels) -> None:
 
 
 def test_the_first_boundary_starts_and_warmup_is_discarded() -> None:
-    watcher = Watcher(steps=3, warmup=2)
+    watcher = Watcher(steps=3, warmup=2, profile_steps=0)
     for _ in range(5):  # a start, 2 warm-up steps, 2 watched
         watcher.step_boundary("manual")
     assert watcher.steps_closed == 4 and len(watcher.records) == 2 and not watcher.done
@@ -144,6 +148,9 @@ def test_host_samples_are_taken_in_the_background() -> None:
     assert len(samples) >= 3  # 10 Hz, give or take a slow start
     assert all(len(sample.cpu_per_core_percent) == psutil.cpu_count() for sample in samples)
     assert all(sample.gpu_utilization_percent is None for sample in samples)  # no CUDA used here
+    total = psutil.virtual_memory().total
+    assert all(sample.ram_total_bytes == total and 0 < sample.ram_used_bytes <= total for sample in samples)
+    assert all(sample.disk_read_bytes_per_s is None or sample.disk_read_bytes_per_s >= 0 for sample in samples)
 
 
 def test_watch_report_uses_the_rules() -> None:
@@ -157,6 +164,81 @@ def test_watch_report_uses_the_rules() -> None:
     report = watched.report()
     assert report.verdict.steps == 8 and report.verdict.device == "cpu"
     assert report.verdict.primary == "input_bound"  # 16 ms of sleeping per step against a tiny model
+
+
+ONES = torch.ones(4)
+
+
+def known_step(watcher: Watcher, adds: int = 7, muls: int = 3) -> bool:
+    """`adds` torch.add and `muls` torch.mul (one top-level aten operator each), then a boundary."""
+    a = b = ONES
+    for _ in range(adds):
+        torch.add(a, b)
+    for _ in range(muls):
+        torch.mul(a, b)
+    return watcher.step_boundary("manual")
+
+
+def test_the_profiled_window_follows_the_watched_steps() -> None:
+    watcher = Watcher(steps=2, warmup=1, profile_steps=2)
+    for _ in range(4):  # a start, a warm-up step, 2 watched
+        known_step(watcher)
+    assert watcher.watched and not watcher.done and len(watcher.records) == 2
+    known_step(watcher)  # the profiler's warm-up step
+    known_step(watcher)
+    assert not watcher.done
+    known_step(watcher)  # the second recorded step ends: done
+    assert watcher.done and not known_step(watcher) and watcher.steps_closed == 6
+    assert [step.operators for step in watcher.profile.steps] == [10, 10] and watcher.profile.reason is None
+    context = watcher.context()
+    assert context["profile"]["operators_per_step"] == 10 and context["profile"]["steps"] == 2
+    assert "kernel launches: the device is the CPU (its operators are counted)" in context["unmeasured"]
+    assert not any(line.startswith("operators and kernel launches") for line in context["unmeasured"])
+    assert [record.kernel_launches for record in watcher.records] == [None, None]  # watched steps: not profiled
+    watcher.close()
+
+
+def test_without_profiling_the_watch_ends_with_the_watched_steps() -> None:
+    watcher = Watcher(steps=2, warmup=0, profile_steps=0)
+    for _ in range(3):
+        known_step(watcher)
+    assert watcher.done and watcher.profile is None and watcher.context()["profile"] is None
+    assert "operators and kernel launches: not profiled (profile_steps=0)" in watcher.context()["unmeasured"]
+
+
+def test_a_loop_that_ends_inside_the_profiled_window_keeps_what_was_profiled() -> None:
+    watcher = Watcher(steps=1, warmup=0, profile_steps=5)
+    for _ in range(2 + 3):  # a start, the watched step, the profiler's warm-up and 2 recorded steps
+        known_step(watcher)
+    assert not watcher.done
+    assert watcher.context()["profile"] is None  # still running: nothing to report yet, and it says so
+    assert any("had not ended" in line for line in watcher.context()["unmeasured"])
+    watcher.close()  # the loop ended
+    assert watcher.done and [step.operators for step in watcher.profile.steps] == [10, 10]
+    assert ("operators and kernel launches: 2 of 5 steps profiled (the loop ended first)"
+            in watcher.context()["unmeasured"])
+
+
+def test_many_tiny_operators_are_launch_overhead_on_the_cpu() -> None:
+    watcher = Watcher(steps=10, warmup=2)
+    outcome = run_script(str(SCRIPTS / "many_tiny_ops.py"), [], False, watcher, timeout_s=30)
+    report = watcher.report()
+    assert outcome.problem is None and watcher.done and len(watcher.profile.steps) == 5
+    # 100 layers: forward linear x100 + mse_loss; backward: t/mm/sum per layer...; SGD: 200 add_: over 1000
+    assert all(step.operators == watcher.profile.steps[0].operators > 1000 for step in watcher.profile.steps)
+    assert report.verdict.primary == "launch_overhead"
+    (found,) = [f for f in report.findings if f.kind == "launch_overhead"]
+    assert found.severity in ("medium", "high") and found.evidence["operators_per_step"] > 1000
+    assert "torch.compile" in found.snippet
+
+
+def test_a_compute_bound_script_raises_no_launch_alarm() -> None:
+    watcher = Watcher(steps=5, warmup=1)  # its steps are long on a small CPU: 13 of them in all
+    outcome = run_script(str(SCRIPTS / "compute_bound.py"), [], False, watcher, timeout_s=30)
+    report = watcher.report()
+    assert outcome.problem is None and len(watcher.profile.steps) == 5
+    assert all(step.operators < 200 for step in watcher.profile.steps)  # 3 wide layers and Adam
+    assert report.verdict.primary == "compute_bound" and "launch_overhead" not in [f.kind for f in report.findings]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

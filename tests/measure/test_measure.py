@@ -1,10 +1,12 @@
 """The timers and the background sampler, on the CPU."""
 
 import time
+from types import SimpleNamespace
 
+import psutil
 import torch
 
-from gpufeed.measure.sampler import Sampler
+from gpufeed.measure.sampler import HostReader, Sampler
 from gpufeed.measure.timers import DeviceBusyTimer, Stopwatch
 
 
@@ -35,3 +37,43 @@ def test_sampler_reads_the_cpu_and_no_gpu_here():
     sampler.close()
     assert sample.gpu_utilization_percent is None
     assert sample.cpu_percent is not None and 0.0 <= sample.cpu_percent <= 100.0
+
+
+def test_sampler_reads_the_host_ram_and_a_disk_rate():
+    sampler = Sampler(torch.device("cpu"), interval_s=0.02)
+    time.sleep(0.1)
+    sample = sampler.take()
+    sampler.close()
+    total = psutil.virtual_memory().total
+    assert sample.ram_total_bytes == total and 0 < sample.ram_used_bytes <= total
+    assert sample.disk_read_bytes_per_s is None or sample.disk_read_bytes_per_s >= 0.0
+    assert all("RAM" not in line for line in sampler.unmeasured)
+
+
+def test_disk_read_rate_is_the_counter_delta_over_the_clock(monkeypatch):
+    reads, moments = iter([1000, 1000 + 3 * 2**20, 500]), iter([10.0, 12.0, 13.0])
+    monkeypatch.setattr(psutil, "disk_io_counters", lambda: SimpleNamespace(read_bytes=next(reads)))
+    reader = HostReader(clock=lambda: next(moments))
+    assert reader.disk_read_bytes_per_s() is None  # the first reading only starts the interval
+    assert reader.disk_read_bytes_per_s() == 3 * 2**20 / 2.0  # 3 MiB in 2 s
+    assert reader.disk_read_bytes_per_s() == 0.0  # the counter went back (reset): no negative rate
+    assert reader.unmeasured == []
+
+
+def test_unreadable_ram_and_disks_are_none_with_one_reason_each(monkeypatch):
+    def broken():
+        raise OSError("no /proc/meminfo")
+
+    monkeypatch.setattr(psutil, "virtual_memory", broken)
+    monkeypatch.setattr(psutil, "disk_io_counters", lambda: None)  # psutil's answer when it finds no disk
+    reader = HostReader()
+    assert reader.ram() == (None, None) and reader.ram() == (None, None)
+    assert reader.disk_read_bytes_per_s() is None and reader.disk_read_bytes_per_s() is None
+    assert reader.unmeasured == ["host RAM: unreadable (OSError: no /proc/meminfo)",
+                                 "disk read rate: unreadable (psutil found no disk counters)"]
+
+
+def test_ram_used_is_total_minus_available(monkeypatch):
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=16 * 2**30, available=4 * 2**30,
+                                                                          used=9 * 2**30))
+    assert HostReader().ram() == (12 * 2**30, 16 * 2**30)  # node_exporter's figure, not psutil's `used`

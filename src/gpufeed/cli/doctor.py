@@ -16,14 +16,18 @@ EXAMPLES = """examples:
   gpufeed doctor --steps 100 --json report.json train.py
   gpufeed doctor -m mypackage.train --config small.yaml
   gpufeed doctor --try train.py                      # also measure what the leading fixes gain
+  gpufeed doctor --try --repeats 1 train.py          # one pair of runs per experiment: quicker, noisier
 
 The script runs in this process as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would: its argv, sys.path[0],
 __name__ == "__main__", your working directory. Steps are found through the DataLoader, the optimizer's step, or
-else the model's forward and backward. After --warmup steps, --steps steps are watched; then the script is stopped
-and the report printed after the script's own output. The JSON goes to a file: the script shares standard output.
-With --try the script then runs again once per experiment (3 at most), each with one change (batches replayed
-from memory, more DataLoader workers, a doubled batch, bf16 autocast), and each gain is its samples/s over the
-first run's.
+else the model's forward and backward. After --warmup steps, --steps steps are watched; then --profile-steps more
+run under torch.profiler (operators and kernels per step, the device's true busy time; the watched steps carry no
+profiler cost); then the script is stopped and the report printed after the script's own output. The JSON goes
+to a file: the script shares standard output.
+With --try the script then runs again for each experiment (3 at most), each with one change (batches replayed
+from memory, more DataLoader workers, a doubled batch, bf16 autocast): --repeats pairs of a fresh baseline run then
+the changed run, and the gain is the median of the pairs' samples/s ratios, with its range. That is 2 x repeats
+more runs per experiment (18 with the defaults); the first run is not a baseline (it ran cold).
 Exit status: 0 a report, 1 the script raised or no training step was seen, 2 wrong input.
 """
 
@@ -44,12 +48,17 @@ def register(subparsers) -> None:
                                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=_count(1), default=50, help="steps to watch (default 50)")
     parser.add_argument("--warmup", type=_count(0), default=5, help="steps to let pass first (default 5)")
+    parser.add_argument("--profile-steps", type=_count(0), default=5,
+                        help="steps profiled after the watched ones: operator and kernel counts (default 5; 0: none)")
     parser.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                         help="stop the script when no step ends for this long (default 60)")
     add_json_flag(parser, "write the report as JSON to PATH ('-': standard output, mixed with the script's own)")
     add_html_flag(parser)
     parser.add_argument("--try", dest="try_fixes", action="store_true",
                         help="re-run the script with each leading fix applied and report the measured gain")
+    parser.add_argument("--repeats", type=_count(1), default=3, metavar="N",
+                        help="with --try: pairs of runs (a fresh baseline, then the change) per experiment; the gain "
+                             "is the median ratio (default 3)")
     parser.add_argument("-m", dest="module", action="store_true", help="SCRIPT is a module, run as python -m")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
                         help="the training script (or module, with -m) and its own arguments")
@@ -109,17 +118,20 @@ def _show_gains(report) -> None:
                                style="bold green"))
 
 
-def _try_fixes(args, target: str, script_args: list[str], report, records):
+def _try_fixes(args, target: str, script_args: list[str], report):
     """The report with the measured gains and the reasons for the rest (`--try`)."""
-    from gpufeed.doctor.experiments import plan_experiments, run_experiments
+    from gpufeed.doctor.experiments import plan_experiments
+    from gpufeed.doctor.trials import run_experiments, total_runs
 
     planned, _ = plan_experiments(report)
     if planned:
-        error_console.print(f"gpufeed doctor --try: running the script again for {len(planned)} experiment"
-                            f"{'s' if len(planned) > 1 else ''} ({', '.join(e.name for e in planned)}), "
-                            f"{args.steps} steps each")
-    findings, lines = run_experiments(target, script_args, args.module, report, records, args.steps, args.warmup,
-                                      args.timeout)
+        runs = total_runs(len(planned), args.repeats)
+        error_console.print(f"gpufeed doctor --try: {len(planned)} experiment{'s' if len(planned) > 1 else ''} "
+                            f"({', '.join(e.name for e in planned)}), {args.repeats} pair"
+                            f"{'s' if args.repeats > 1 else ''} each of a fresh baseline run and the change: "
+                            f"{runs} more runs of the script, {args.steps} steps each")
+    findings, lines = run_experiments(target, script_args, args.module, report, args.steps, args.warmup,
+                                      args.timeout, args.repeats)
     return dataclasses.replace(report, findings=findings, unmeasured=report.unmeasured + lines)
 
 
@@ -136,7 +148,8 @@ def _empty_report(watcher, error: str | None, unmeasured: list[str]) -> dict:
                         "device": context["device"]},
             "findings": [], "unmeasured": context["unmeasured"], "loader_samples_per_s": None,
             "model_samples_per_s": None, "script_error": error,
-            "timeline": {"steps": [], "samples": [dataclasses.asdict(sample) for sample in watcher.samples]}}
+            "timeline": {"steps": [], "samples": [dataclasses.asdict(sample) for sample in watcher.samples],
+                         "profile": []}}
 
 
 def run(args) -> int:
@@ -152,7 +165,7 @@ def run(args) -> int:
         error_console.print("warning: --json - mixes the report with the script's own standard output")
     error_console.print(f"gpufeed doctor: running {'-m ' if args.module else ''}{target}; watching {args.steps} "
                         f"steps after {args.warmup} warm-up steps; stopping after {args.timeout:g} s without a step")
-    watcher = Watcher(steps=args.steps, warmup=args.warmup)
+    watcher = Watcher(steps=args.steps, warmup=args.warmup, profile_steps=args.profile_steps)
     outcome = run_script(target, script_args, args.module, watcher, timeout_s=args.timeout)
     unmeasured = []
     problem = outcome.problem
@@ -161,7 +174,7 @@ def run(args) -> int:
     records = watcher.records
     report = watcher.report(outcome.error, unmeasured) if records else None
     if args.try_fixes and report is not None and outcome.error is None and not outcome.timed_out:
-        report = _try_fixes(args, target, script_args, report, records)
+        report = _try_fixes(args, target, script_args, report)
     elif args.try_fixes:
         why = ("the script raised; fix that first" if outcome.error is not None else
                "no watched step to compare with" if report is None else "the first run stalled")

@@ -25,13 +25,15 @@ from gpufeed.measure.steps import HostSample, StepRecord
 # time. We grade every share that has no threshold of its own with these two.
 INPUT_SHARE_MEDIUM = 0.05
 INPUT_SHARE_HIGH = 0.20
+# torch-tb-profiler (_analyze_gpu_metrics): "low utilization ... increase batch size" below 50% GPU utilization.
+LOW_DEVICE_BUSY = 0.50
 # gpufeed's choice: confidence from the number of steps (or samples) that show the symptom.
 CONFIDENT_STEPS, SOME_STEPS = 20, 5
 
 CONTEXT_KEYS = ("device", "unmeasured", "cpu_count", "threads", "loader_workers", "loader_pin_memory", "batch_size",
                 "dtype_float64_seen", "autocast_seen", "script_error", "memory_peak_bytes", "memory_capacity_bytes",
                 "allocator_retries", "world_size", "rank_step_times", "communication_wait_s",
-                "loader_samples_per_s", "model_samples_per_s")
+                "loader_samples_per_s", "model_samples_per_s", "profile")
 
 
 @dataclass(frozen=True)
@@ -103,15 +105,45 @@ class Watch:
         if all(existing.split(":", 1)[0] != subject for existing in self.unmeasured):
             self.unmeasured.append(line)
 
+    def device_busy(self) -> float | None:
+        """The device's busy fraction of the watched steps: the profiled steps' kernel time (the union of their
+        intervals) per step over the watched step time, when kernels were profiled (kernel durations carry none
+        of the profiler's host overhead, and gaps between kernels do not count); else the CUDA-event span
+        (`Totals.device_busy`, which counts those gaps as busy); None off CUDA."""
+        profile = self.get("profile") or {}
+        if self.on_gpu and profile.get("kernel_busy_share") is not None:
+            kernel_s = profile["kernel_busy_share"] * profile["step_ms"] / 1000.0  # per profiled step
+            return min(1.0, kernel_s / (self.totals.wall_s / self.totals.steps))
+        return self.totals.device_busy
+
     def busy(self) -> float | None:
-        """Device busy fraction: CUDA-event compute time, else NVML utilization (percent / 100), else None."""
-        if self.totals.device_busy is not None:
-            return self.totals.device_busy
+        """Device busy fraction: `device_busy()`, else NVML utilization (percent / 100), else None."""
+        measured = self.device_busy()
+        if measured is not None:
+            return measured
         readings = [s.gpu_utilization_percent for s in self.samples if s.gpu_utilization_percent is not None]
         return statistics.fmean(readings) / 100.0 if readings else None
 
     def count(self, predicate) -> int:
         return sum(1 for record in self.records if predicate(record))
+
+
+def unexplained_idle(watch: Watch, busy: float) -> float:
+    """The device's idle share that input waits, copies and syncs do not account for."""
+    totals = watch.totals
+    return max(0.0, 1.0 - busy - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s))
+
+
+def host_bound_gate(watch: Watch) -> float | None:
+    """Device busy (`device_busy()`) when it is below LOW_DEVICE_BUSY and neither input waits nor syncs explain
+    it; else None."""
+    totals = watch.totals
+    busy = watch.device_busy()
+    if not watch.on_gpu or busy is None or busy >= LOW_DEVICE_BUSY:
+        return None
+    if totals.share(totals.data_wait_s) >= INPUT_SHARE_MEDIUM or totals.share(totals.sync_s) >= INPUT_SHARE_MEDIUM:
+        return None
+    return busy
 
 
 def severity(share: float, medium_at: float = INPUT_SHARE_MEDIUM, high_at: float = INPUT_SHARE_HIGH) -> str:

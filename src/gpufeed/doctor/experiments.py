@@ -1,10 +1,11 @@
 """Verified fixes (`gpufeed doctor --try`): re-run the user's own loop with one change and measure what it gains.
 
 Each experiment runs the script again in this process (`run_script`: the same argv, working directory and step
-clock) with one change installed around the doctor's instrumentation, watches `steps` steps after `warmup`, and
-compares its rate with the baseline run's: samples/s = sum of batch sizes / sum of wall time over the watched steps
-(steps/s when a batch size was not read in either run; the ratio is the same while the batch is). The gain is new
-rate / baseline rate, both measured in this process, with the number of steps behind each.
+clock) with one change installed around the doctor's instrumentation: what each change is, which findings get
+which, and the checks that a change took effect are here.
+
+How each is run and compared is in trials.py: `repeats` pairs of a fresh baseline run then the changed run, the
+gain the median of the pair ratios. The first (diagnosis) run is not reused as a baseline: it ran cold.
 
 The experiments, for the findings of severity high or medium, in the report's order, MAX_EXPERIMENTS at most:
 - input_bound: "replay": the DataLoader iterator's `__next__` serves its first REPLAY_BATCHES batches again, in a
@@ -19,16 +20,14 @@ The experiments, for the findings of severity high or medium, in the report's or
 Not tried, with the reason in `unmeasured`: sync_stall and float64 precision (each needs an edit of the script),
 every experiment on a device where it cannot act, and every other kind (no experiment).
 
-Limits: one run per experiment, no repeats, so a ratio carries the run-to-run noise of its steps. The changes
-reach every DataLoader and every module in the process (a validation loader too). Replayed batches are the very
-objects the loader made (no copy, so no cost per step): a script that changes its batch in place sees that change
-again. A failing experiment (the script raises, stalls or ignores the change) is a line in `unmeasured`, never an
-exception.
+Limits: the changes reach every DataLoader and every module in the process (a validation loader too). Replayed
+batches are the very objects the loader made (no copy, so no cost per step): a script that changes its batch in
+place sees that change again. A change that did not take (no batch replayed, a loader not rebuilt) is a line in
+`unmeasured`, never a gain.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 import statistics
@@ -40,12 +39,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from gpufeed.doctor.inject import _Patch, describe_exception, run_script
-from gpufeed.doctor.report import Finding, Gain, Report
+from gpufeed.doctor.hooks import _Patch
+from gpufeed.doctor.report import Finding, Report
 from gpufeed.doctor.watch import Watcher
 from gpufeed.measure.steps import StepRecord
 
-# gpufeed's choice: three re-runs of a small script take well under a minute.
+# gpufeed's choice: three experiments, each 2 x trials.REPEATS runs, keep --try to minutes for a typical script.
 MAX_EXPERIMENTS = 3
 # gpufeed's choice: eight batches to cycle through, as an epoch-free stand-in for the loader's output.
 REPLAY_BATCHES = 8
@@ -83,19 +82,6 @@ class Experiment:
     min_warmup: int = 0  # warm-up steps the change needs (replay: the batches it caches)
     # why the change did not take (given the run's watcher, the changes, the baseline's records), or None
     check: Callable[[Watcher, Changes, list[StepRecord]], str | None] = lambda watcher, changes, baseline: None
-
-
-@dataclass(frozen=True)
-class Trial:
-    """One experiment's run: the gain, or why there is none."""
-
-    experiment: Experiment
-    gain: Gain | None
-    steps: int  # watched steps behind the new rate
-    rate: float | None  # in `unit`
-    baseline_rate: float | None
-    unit: str  # "samples/s" or "steps/s"
-    problem: str | None = None
 
 
 @dataclass
@@ -278,77 +264,3 @@ def plan_experiments(report: Report) -> tuple[list[Experiment], list[str]]:
                 unmeasured.append(f"verified fix for {finding.kind} ({experiment.name}): not tried, --try runs "
                                   f"{MAX_EXPERIMENTS} experiments at most")
     return planned, unmeasured
-
-
-# --- running and comparing ----------------------------------------------------------------------------------
-
-
-def _rate_text(value: float) -> str:
-    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
-
-
-def compare(experiment: Experiment, records: list[StepRecord], baseline: list[StepRecord]) -> Trial:
-    """The new rate over the baseline's: samples/s when every step of both runs has a batch size, else steps/s."""
-    samples = all(record.batch_size is not None for record in records + baseline)
-    unit = "samples/s" if samples else "steps/s"
-
-    def rate(steps: list[StepRecord]) -> float:
-        amount = sum(record.batch_size for record in steps) if samples else len(steps)
-        return amount / sum(record.wall_s for record in steps)
-
-    new, old = rate(records), rate(baseline)
-    if experiment.name == "double_batch" and not samples:
-        return Trial(experiment, None, len(records), None, None, unit,
-                     "the batch size was not read, so samples/s cannot be compared")
-    steps = f"{len(records)} steps" + ("" if len(records) == len(baseline) else f" (baseline {len(baseline)})")
-    how = f"{experiment.description}: {steps}, {_rate_text(new)} vs {_rate_text(old)} {unit}"
-    return Trial(experiment, Gain(new / old, how), len(records), new, old, unit)
-
-
-def run_trial(experiment: Experiment, target: str, args: list[str], is_module: bool,
-              baseline_records: list[StepRecord], steps: int, warmup: int, timeout_s: float = 60.0) -> Trial:
-    """Run the script once with `experiment`'s change and compare with the baseline; every patch is restored and
-    a failure is the Trial's `problem`, never an exception (a KeyboardInterrupt passes through)."""
-    watcher = Watcher(steps=steps, warmup=max(warmup, experiment.min_warmup))
-    changes = Changes()
-    try:
-        try:
-            experiment.install(changes)
-            outcome = run_script(target, list(args), is_module, watcher, timeout_s=timeout_s)
-        finally:
-            changes.restore()
-        records = watcher.records
-        problem = outcome.problem if outcome.error is not None or outcome.timed_out or not records else None
-        problem = problem or experiment.check(watcher, changes, baseline_records)
-        if problem is None:
-            return compare(experiment, records, baseline_records)
-    except Exception as error:  # our change or the comparison broke: a line in the report, not a crash
-        problem = f"the experiment failed: {describe_exception(error)}"
-    return Trial(experiment, None, 0, None, None, "samples/s", problem)
-
-
-def combined_gain(trials: list[Trial]) -> Gain:
-    """The first trial's factor; `how` lists every trial, each after the first with its own factor."""
-    first, *others = trials
-    how = "; ".join([first.gain.how] + [f"{trial.gain.how} ({trial.gain.measured:.2f}x)" for trial in others])
-    return Gain(first.gain.measured, how)
-
-
-def run_experiments(target: str, args: list[str], is_module: bool, baseline: Report,
-                    baseline_records: list[StepRecord], steps: int, warmup: int,
-                    timeout_s: float = 60.0) -> tuple[list[Finding], list[str]]:
-    """The baseline's findings, copies with `gain` set where an experiment measured one, and what was not
-    measured and why. `steps` and `warmup` are per experiment run; see the module docstring for the runs."""
-    planned, unmeasured = plan_experiments(baseline)
-    if planned and not baseline_records:
-        return list(baseline.findings), unmeasured + ["verified fixes (--try): no baseline step to compare with"]
-    trials = [run_trial(experiment, target, args, is_module, baseline_records, steps, warmup, timeout_s)
-              for experiment in planned]
-    findings = []
-    for finding in baseline.findings:
-        own = [trial for trial in trials if trial.experiment.kind == finding.kind]
-        unmeasured += [f"verified fix for {finding.kind} ({trial.experiment.name}): {trial.problem}"
-                       for trial in own if trial.gain is None]
-        measured = [trial for trial in own if trial.gain is not None]
-        findings.append(dataclasses.replace(finding, gain=combined_gain(measured)) if measured else finding)
-    return findings, unmeasured

@@ -62,12 +62,21 @@ def host_to_device() -> tuple[str, str]:
     return fix, snippet
 
 
-def launch_overhead() -> tuple[str, str]:
-    fix = ("The device sits idle between kernels: the host (Python, kernel launches) is slower than the device. "
-           "Give each launch more work with a larger batch, fuse small operations, and let CUDA graphs replay the "
-           "step with one launch: torch.compile(mode=\"reduce-overhead\").")
-    snippet = ("model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs: the step replays as one launch\n"
-               "# and a larger batch: more work per kernel for the same number of launches")
+def launch_overhead(device_type: str, batch_size: int | None = None) -> tuple[str, str]:
+    batch = f"batch_size={batch_size * 4}" if batch_size else "a batch 4x larger"
+    if device_type == "cuda":
+        fix = ("The device sits idle between kernels: the host (Python, operator dispatch, kernel launches) is "
+               "slower than the device. Give each launch more work with a larger batch, fuse small operations, "
+               "and let CUDA graphs replay the step with one launch: torch.compile(mode=\"reduce-overhead\").")
+        snippet = ("model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs: the step replays as one "
+                   "launch\n# and a larger batch: more work per kernel for the same number of launches")
+        return fix, snippet
+    fix = ("The step is many small operators and the Python between them: the host spends its time dispatching "
+           "operators, not computing. Make the operators fewer and larger: a larger batch (the same operators, more "
+           "work each), wider layers instead of many narrow ones, and torch.compile, which fuses operators and "
+           "removes the Python between them.")
+    snippet = (f"loader = torch.utils.data.DataLoader(dataset, {batch}, ...)  # same operators, more work each\n"
+               f"model = torch.compile(model)  # fused operators, no Python between them")
     return fix, snippet
 
 
@@ -117,14 +126,25 @@ def precision(float64: bool, device_type: str) -> tuple[str, str]:
     return fix, snippet
 
 
-def memory_pressure() -> tuple[str, str]:
-    fix = ("Device memory is nearly full, or the caching allocator had to free its cache and retry, which "
-           "synchronizes the device. Lower the activations: bf16 autocast, activation checkpointing, a smaller "
-           "batch; let the allocator grow segments instead of fragmenting.")
-    snippet = ("# before Python starts:\n"
-               "#   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
-               "from torch.utils.checkpoint import checkpoint\n"
-               "hidden = checkpoint(block, hidden, use_reentrant=False)  # recompute in backward instead of storing")
+def memory_pressure(device: bool = True, host: bool = False) -> tuple[str, str]:
+    """`device`: the device's memory is nearly full or its allocator retried; `host`: the host's RAM is."""
+    fix, snippet = "", ""
+    if device:
+        fix = ("Device memory is nearly full, or the caching allocator had to free its cache and retry, which "
+               "synchronizes the device. Lower the activations: bf16 autocast, activation checkpointing, a smaller "
+               "batch; let the allocator grow segments instead of fragmenting.")
+        snippet = ("# before Python starts:\n"
+                   "#   PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True python train.py\n"
+                   "from torch.utils.checkpoint import checkpoint\n"
+                   "hidden = checkpoint(block, hidden, use_reentrant=False)  # recompute in backward, do not store")
+    if host:
+        fix += (" " if fix else "") + (
+            "Host RAM is nearly full: the system will swap or the OOM killer will end the run. Each DataLoader worker "
+            "can end up with its own copy of an in-memory dataset (Python's reference counts defeat fork's "
+            "copy-on-write); keep the data in one memory-mapped file (gpufeed pack, read with gpufeed.Feed), or use "
+            "fewer workers.")
+        snippet += ("\n" if snippet else "") + ("# pack once, then read the mapped file (no copy per worker)\n"
+                                                "feed = gpufeed.Feed(\"data/train.gpuf\", batch_size=batch_size)")
     return fix, snippet
 
 

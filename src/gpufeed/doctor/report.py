@@ -53,7 +53,7 @@ class Report:
     model_samples_per_s: float | None = None  # what the model consumes when fed instantly
     script_error: str | None = None  # the script's exception, one line, when it raised
     # what the report was made from, for the page's timeline (not in DESIGN.md's shape; an addition):
-    # {"steps": [StepRecord fields...], "samples": [HostSample fields...]}
+    # {"steps": [StepRecord fields...], "samples": [HostSample fields...], "profile": [one dict per profiled step]}
     timeline: dict = field(default_factory=lambda: {"steps": [], "samples": []})
 
     def to_json(self) -> dict:

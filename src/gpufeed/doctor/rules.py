@@ -5,7 +5,8 @@ steps. Evidence holds only numbers computed from the inputs (None where an input
 named constants with their source; "gpufeed's choice" marks those no published tool fixes, with the reason.
 
 What the rules read, the grading of shares and counts, and the throughputs are in evidence.py; slow-step
-detection, periodic_stall and straggler in stalls.py. The functions and classes moved there import from here too.
+detection, periodic_stall and straggler in stalls.py; launch_overhead (from the profiled window) in launch.py;
+memory_pressure (device and host) in memory.py. The functions and classes moved there import from here too.
 """
 
 from __future__ import annotations
@@ -15,20 +16,30 @@ import statistics
 
 from gpufeed.doctor import fixes
 from gpufeed.doctor.evidence import CONTEXT_KEYS as CONTEXT_KEYS  # re-exported: moved to evidence.py
-from gpufeed.doctor.evidence import INPUT_SHARE_MEDIUM, Watch, confidence, finding, open_watch, severity, throughputs
+from gpufeed.doctor.evidence import (
+    INPUT_SHARE_MEDIUM,
+    LOW_DEVICE_BUSY,
+    Watch,
+    confidence,
+    finding,
+    host_bound_gate,
+    open_watch,
+    severity,
+    throughputs,
+    unexplained_idle,
+)
 from gpufeed.doctor.evidence import Totals as Totals
+from gpufeed.doctor.launch import launch_overhead
+from gpufeed.doctor.memory import memory_pressure
 from gpufeed.doctor.report import KINDS, Finding, Report, Verdict
 from gpufeed.doctor.stalls import periodic_stall, straggler
 from gpufeed.doctor.stalls import slow_outliers as slow_outliers  # re-exported: moved to stalls.py
 from gpufeed.doctor.stalls import stall_period as stall_period
 from gpufeed.measure.steps import HostSample, StepRecord
 
-# TensorFlow profiler, the file cited for INPUT_SHARE_* in evidence.py: kernel launch and device collectives
-# shares, moderate >= 3%, high >= 15%.
-LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH = 0.03, 0.15
+# TensorFlow profiler, the file cited for INPUT_SHARE_* in evidence.py: device collectives share, moderate >= 3%,
+# high >= 15% (the same grades as kernel launches: launch.py). LOW_DEVICE_BUSY (torch-tb-profiler) is in evidence.py.
 COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH = 0.03, 0.15
-# torch-tb-profiler (_analyze_gpu_metrics): "low utilization ... increase batch size" below 50% GPU utilization.
-LOW_DEVICE_BUSY = 0.50
 # SageMaker Debugger CPUBottleneck rule defaults: CPU above 90% while GPU utilization is below 10%.
 CPU_BUSY_PERCENT = 90.0
 CPU_BOTTLENECK_DEVICE_BUSY = 0.10
@@ -42,8 +53,6 @@ COMPUTE_BOUND_BUSY = 0.80
 # fixed per-step costs (Python, per-operator dispatch of some microseconds) weigh on it.
 SMALL_BATCH = 32
 SHORT_CPU_STEP_S = 0.010
-# gpufeed's choice: peak memory at 90% of capacity leaves no room to raise the batch.
-MEMORY_PEAK_FRACTION = 0.90
 # gpufeed's choice: more loader processes than 8 seldom help one GPU and cost memory (one dataset copy each).
 MAX_SUGGESTED_WORKERS = 8
 
@@ -113,48 +122,13 @@ def host_to_device(watch: Watch) -> Finding | None:
                    confidence(supporting))
 
 
-def unexplained_idle(watch: Watch, busy: float) -> float:
-    """The device's idle share that input waits, copies and syncs do not account for."""
-    totals = watch.totals
-    return max(0.0, 1.0 - busy - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s))
-
-
-def host_bound_gate(watch: Watch) -> float | None:
-    """Device busy when it is below LOW_DEVICE_BUSY and neither input waits nor syncs explain it; else None."""
-    totals = watch.totals
-    busy = totals.device_busy
-    if not watch.on_gpu or busy is None or busy >= LOW_DEVICE_BUSY:
-        return None
-    if totals.share(totals.data_wait_s) >= INPUT_SHARE_MEDIUM or totals.share(totals.sync_s) >= INPUT_SHARE_MEDIUM:
-        return None
-    return busy
-
-
-def launch_overhead(watch: Watch) -> Finding | None:
-    busy = host_bound_gate(watch)
-    if busy is None:
-        return None
-    share = unexplained_idle(watch, busy)
-    launches = [r.kernel_launches for r in watch.records if r.kernel_launches is not None]
-    if not launches:
-        watch.note("kernel launches: not counted, so launch overhead rests on device idle time alone")
-    per_step = statistics.fmean(launches) if launches else None
-    idle_s = share * watch.totals.wall_s / watch.totals.steps
-    evidence = {"device_busy": busy, "idle_share": share, "kernel_launches_per_step": per_step,
-                "idle_us_per_launch": 1e6 * idle_s / per_step if per_step else None,
-                "mean_step_ms": 1000.0 * watch.totals.wall_s / watch.totals.steps}
-    supporting = watch.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
-    return finding("launch_overhead", severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
-                   fixes.launch_overhead(), confidence(supporting))
-
-
 def sync_stall(watch: Watch) -> Finding | None:
     totals = watch.totals
     sync_share = totals.share(totals.sync_s)
     per_step = totals.sync_count / totals.steps
     if sync_share < INPUT_SHARE_MEDIUM and not (watch.on_gpu and per_step >= 1):
         return None
-    busy = totals.device_busy
+    busy = watch.device_busy()
     # A wait on a busy device costs only the bubble it leaves: at most the device's idle share.
     share = min(sync_share, 1.0 - busy) if watch.on_gpu and busy is not None else sync_share
     evidence = {"sync_share": sync_share, "syncs_per_step": per_step,
@@ -169,7 +143,7 @@ def small_batch(watch: Watch) -> Finding | None:
         return None
     totals = watch.totals
     model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
-    evidence = {"batch_size": batch, "model_step_ms": 1000.0 * model_step_s, "device_busy": totals.device_busy}
+    evidence = {"batch_size": batch, "model_step_ms": 1000.0 * model_step_s, "device_busy": watch.device_busy()}
     if watch.on_gpu:
         busy = watch.busy()
         if busy is None or busy >= LOW_DEVICE_BUSY:
@@ -209,27 +183,10 @@ def precision(watch: Watch) -> Finding | None:
         return None
     if autocast:
         return None
-    busy = totals.device_busy
+    busy = watch.device_busy()
     share = busy if busy is not None else 1.0 - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s)
     evidence = {"autocast_seen": False, "device_busy": busy, "governed_share": share}
     return finding("precision", "medium", share, evidence, fixes.precision(False, "cuda"), confidence(totals.steps))
-
-
-def memory_pressure(watch: Watch) -> Finding | None:
-    peak, capacity = watch.get("memory_peak_bytes"), watch.get("memory_capacity_bytes")
-    retries = watch.get("allocator_retries")
-    fraction = peak / capacity if peak is not None and capacity else None
-    if watch.on_gpu and (fraction is None or retries is None):
-        watch.note("device memory: the peak, the capacity or the allocator's retries were not read")
-    if (fraction is None or fraction < MEMORY_PEAK_FRACTION) and not retries:
-        return None
-    evidence = {"peak_gib": peak / 2**30 if peak is not None else None,
-                "capacity_gib": capacity / 2**30 if capacity else None, "peak_fraction": fraction,
-                "allocator_retries": retries}
-    # Retries flush the allocator's cache and synchronize: a slowdown. A full memory alone only blocks a larger
-    # batch. Neither's time is measured here, so the finding claims no share.
-    return finding("memory_pressure", "medium" if retries else "low", 0.0, evidence, fixes.memory_pressure(),
-                   "high")
 
 
 def communication(watch: Watch) -> Finding | None:
@@ -289,7 +246,8 @@ def diagnose(records: list[StepRecord], samples: list[HostSample], context: dict
     cpu_count, threads, loader_workers, loader_pin_memory, batch_size, dtype_float64_seen, autocast_seen,
     script_error, memory_peak_bytes, memory_capacity_bytes, allocator_retries, world_size, rank_step_times
     (per-rank mean step seconds), communication_wait_s (seconds the watched steps waited on collectives),
-    loader_samples_per_s, model_samples_per_s. Raises ValueError with no records (the caller reports "no
+    loader_samples_per_s, model_samples_per_s, profile (`ProfileSummary.as_context()`: operators and kernels per
+    profiled step). Raises ValueError with no records (the caller reports "no
     training step seen").
     """
     watch = open_watch(records, samples, context)
@@ -299,9 +257,10 @@ def diagnose(records: list[StepRecord], samples: list[HostSample], context: dict
         findings.append(healthy)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], -f.share))
     totals = watch.totals
-    verdict = Verdict(primary_kind(findings), totals.device_busy, totals.share(totals.data_wait_s), totals.steps,
+    verdict = Verdict(primary_kind(findings), watch.device_busy(), totals.share(totals.data_wait_s), totals.steps,
                       watch.device)
     loader, model = throughputs(watch)
     timeline = {"steps": [dataclasses.asdict(record) for record in records],
-                "samples": [dataclasses.asdict(sample) for sample in samples]}
+                "samples": [dataclasses.asdict(sample) for sample in samples],
+                "profile": (context.get("profile") or {}).get("per_step", [])}
     return Report(verdict, findings, watch.unmeasured, loader, model, context.get("script_error"), timeline)

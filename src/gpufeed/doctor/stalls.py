@@ -23,6 +23,9 @@ STALL_CLIP_ROUNDS = 10
 MIN_STALL_PERIOD = 3
 # gpufeed's choice: a rank 10% slower than the median holds every other rank at each all-reduce.
 STRAGGLER_EXCESS = 0.10
+# gpufeed's choice: one periodic cause (logging, a checkpoint) stalls by about the same time on each beat; slow steps
+# under a tenth of the largest excess are jitter (a cold cache after a stall, on sub-millisecond steps), not stalls.
+STALL_SIZE_RATIO = 0.10
 # gpufeed's choice: confidence from the number of stalls on the beat.
 CONFIDENT_STALLS, SOME_STALLS = 5, 3
 
@@ -65,6 +68,8 @@ def stall_period(stalls: list[int], indices: list[int]) -> tuple[int, list[int]]
 def periodic_stall(watch: Watch) -> Finding | None:
     walls = [r.wall_s for r in watch.records]
     flagged, typical = slow_outliers(walls)
+    largest = max((walls[position] - typical for position in flagged), default=0.0)
+    flagged = {position for position in flagged if walls[position] - typical >= STALL_SIZE_RATIO * largest}
     indices = [r.index for r in watch.records]
     found = stall_period(sorted(indices[position] for position in flagged), indices)
     if found is None:

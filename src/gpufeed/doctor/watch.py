@@ -8,28 +8,36 @@ post-hook: "optimizer"), the loader handing out a batch ("loader"), and the oute
 follows a backward pass ("forward"). The highest-priority source seen so far is the step clock; boundaries from
 lower ones are ignored. When a higher source first fires, counting restarts there (in a typical loop that happens
 inside the first step, so nothing watched is lost). The first boundary of the clock only marks a start; the next
-`warmup` steps are discarded; then `steps` records are kept and `done` turns True.
+`warmup` steps are discarded; then `steps` records are kept (`watched` turns True). Then, unless
+`profile_steps` is 0, torch.profiler runs over a profiler warm-up step and `profile_steps` more (profile.py: operators
+and kernels per step, the device's busy time as the union of kernel intervals), so that the watched steps carry no
+profiler overhead; `done` turns True when that window ends (at once with profile_steps=0). When the loop ends
+first, `close()` keeps what was profiled and says why the rest is missing.
 
 Compute time (`compute_s`) is measured only on CUDA: events recorded on the current stream from the step's start
 (or a batch's arrival) to the step's end (or the next wait for a batch), summed; it includes idle gaps between
-kernels when the loop is launch-bound. Events are read back only when `records` is asked for (one synchronize).
-Off CUDA it is None: the device is the host, so wall time minus data wait is the compute.
+kernels when the loop is launch-bound (the profiled window measures the gaps). Events are read back only when
+`records` is asked for (one synchronize). Off CUDA it is None: the device is the host, so wall time minus data wait
+is the compute.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-import psutil
 import torch
 
-from gpufeed.doctor.inject import Instrumentation, first_tensor
+from gpufeed.doctor.inject import first_tensor
+from gpufeed.doctor.profile import PROFILE_STEPS, ProfileSummary, StepProfiler, cuda_traced
+from gpufeed.measure.sampler import HostSampler
 from gpufeed.measure.steps import HostSample, StepRecord
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.wrapper import Watch
 
 SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
@@ -57,55 +65,19 @@ def _device_seconds(regions: list) -> float:
     return total_ms / 1000.0
 
 
-class _HostSampler:
-    """Background readings every `interval_s` (10 Hz): CPU per core (psutil) and, once the script has started
-    CUDA, NVML utilization and memory of CUDA device 0. This thread never initialises CUDA itself."""
-
-    def __init__(self, start_s: float, interval_s: float = 0.1):
-        self.samples: list[HostSample] = []
-        self._start_s, self._interval_s = start_s, interval_s
-        self._nvml_index: int | None = None
-        self._stop = threading.Event()
-        psutil.cpu_percent(percpu=True)  # the first call only starts psutil's interval
-        self._thread = threading.Thread(target=self._run, name="gpufeed-doctor-sampler", daemon=True)
-        self._thread.start()
-
-    def _gpu(self) -> tuple[float | None, int | None]:
-        from gpufeed.hardware import nvml
-        from gpufeed.hardware.na import is_na
-
-        if self._nvml_index is None and torch.cuda.is_available() and torch.cuda.is_initialized():
-            from gpufeed.hardware.probe import nvml_index_for_cuda
-
-            index = nvml_index_for_cuda(0)
-            self._nvml_index = -1 if is_na(index) else index
-        if self._nvml_index is None or self._nvml_index < 0:
-            return None, None
-        utilization, used = nvml.utilization_percent(self._nvml_index), nvml.memory_bytes(self._nvml_index, "used")
-        return (None if is_na(utilization) else float(utilization)), (None if is_na(used) else int(used))
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
-            per_core = tuple(float(value) for value in psutil.cpu_percent(percpu=True))
-            utilization, used = self._gpu()
-            self.samples.append(HostSample(time.perf_counter() - self._start_s,
-                                           sum(per_core) / len(per_core) if per_core else None, per_core,
-                                           utilization, used))
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=1.0)
-
-
 class Watcher:
-    """Collects `steps` StepRecords after `warmup` steps. `device` is "cpu", "cuda" or None (found out: the first
-    CUDA parameter, input or copy seen makes it "cuda")."""
+    """Collects `steps` StepRecords after `warmup` steps, then profiles `profile_steps` more (0: none). `device`
+    is "cpu", "cuda" or None (found out: the first CUDA parameter, input or copy seen makes it "cuda")."""
 
-    def __init__(self, steps: int = 50, warmup: int = 5, device: str | None = None):
-        if steps < 1 or warmup < 0:
-            raise ValueError(f"steps must be at least 1 and warmup at least 0, got {steps} and {warmup}")
-        self.steps, self.warmup, self.device = steps, warmup, device
-        self.done = False
+    def __init__(self, steps: int = 50, warmup: int = 5, device: str | None = None,
+                 profile_steps: int = PROFILE_STEPS):
+        if steps < 1 or warmup < 0 or profile_steps < 0:
+            raise ValueError(f"steps must be at least 1, warmup and profile_steps at least 0, got {steps}, "
+                             f"{warmup} and {profile_steps}")
+        self.steps, self.warmup, self.device, self.profile_steps = steps, warmup, device, profile_steps
+        self.done = False  # the watched steps and the profiled window are over: the doctor stops the script
+        self.profile: ProfileSummary | None = None  # the profiled window, once it ended
+        self._profiler: StepProfiler | None = None  # while the window runs
         self.source: str | None = None  # the step clock, one of SOURCES
         self.steps_closed = 0  # steps ended by the clock, warm-up included
         self.boundaries = 0  # every accepted boundary, for the watchdog: has anything moved?
@@ -118,7 +90,7 @@ class Watcher:
         self.threads: int | None = None  # torch's intra-op threads as the script left them (None: read now)
         self.notes: list[str] = []  # what instrumentation could not measure, for the report's unmeasured list
         self._start_s = self._last_s = time.perf_counter()
-        self._sampler: _HostSampler | None = None
+        self._sampler: HostSampler | None = None
         self._raw: list[tuple[dict, list]] = []  # closed steps past warm-up: fields, CUDA event pairs
         self._step, self._regions, self._region_start = dict(_ZERO_STEP), [], None
 
@@ -126,11 +98,19 @@ class Watcher:
     def start(self) -> None:
         self._start_s = self._last_s = time.perf_counter()
         if self._sampler is None:
-            self._sampler = _HostSampler(self._start_s)
+            self._sampler = HostSampler(self._start_s)
 
     def close(self) -> None:
+        """Stop the sampler, and end a profiled window still running (the loop ended before it did)."""
+        if self._profiler is not None:
+            self._end_profile("the loop ended first")
         if self._sampler is not None:
             self._sampler.close()
+
+    @property
+    def watched(self) -> bool:
+        """All `steps` records are kept (the profiled window may still run)."""
+        return len(self._raw) >= self.steps
 
     # --- events -------------------------------------------------------------------------------------------
     def note_device(self, device: torch.device) -> None:
@@ -181,6 +161,8 @@ class Watcher:
         rank = SOURCES.index(source)
         if self.source is not None and rank < SOURCES.index(self.source):
             return False
+        if self._profiler is not None:
+            return self._profile_boundary(source)
         now = time.perf_counter()
         self.boundaries += 1
         self._close_region()
@@ -192,14 +174,37 @@ class Watcher:
                 fields = dict(self._step, index=len(self._raw), start_s=self._last_s - self._start_s,
                               wall_s=now - self._last_s)
                 self._raw.append((fields, self._regions))
-                self.done = len(self._raw) >= self.steps
+                if self.watched:
+                    self._begin_profile()
         self._step, self._regions, self._last_s = dict(_ZERO_STEP), [], now
         self._open_region()
         return True
 
+    # --- the profiled window (profile.py) -------------------------------------------------------------------
+    def _begin_profile(self) -> None:
+        if self.profile_steps == 0:
+            self.done = True
+            return
+        self._profiler = StepProfiler(self.profile_steps, cuda=cuda_traced(self.device))
+        if not self._profiler.start():
+            self._end_profile()
+
+    def _profile_boundary(self, source: str) -> bool:
+        if source != self.source:  # the clock is settled: a new one would not be compared with the watched steps
+            return False
+        self.boundaries += 1
+        self.steps_closed += 1
+        if self._profiler.step():
+            self._end_profile()
+        return True
+
+    def _end_profile(self, reason: str | None = None) -> None:
+        self.profile, self._profiler = self._profiler.finish(reason), None
+        self.done = True
+
     # --- CUDA compute regions -----------------------------------------------------------------------------
     def _cuda_active(self) -> bool:
-        return (self.device == "cuda" and not self.done and torch.cuda.is_initialized()
+        return (self.device == "cuda" and not self.watched and torch.cuda.is_initialized()
                 and not torch.cuda.is_current_stream_capturing())
 
     def _open_region(self) -> None:
@@ -243,7 +248,9 @@ class Watcher:
             lines += ["host-to-device copies: the device is the CPU",
                       "sync stalls: the device is the CPU (.item() does not wait for a device)",
                       "device compute time: the device is the CPU; wall time minus data wait is the compute"]
-        lines.append("kernel launches: not counted")
+        lines += self._profile_notes()
+        if self._sampler is not None:
+            lines += self._sampler.reader.unmeasured
         if self.float64_seen:
             lines.append("float64 operations per step: not counted; a float64 model input or parameter was seen")
         memory = device_memory(self.device == "cuda", lines)
@@ -253,7 +260,23 @@ class Watcher:
                 "loader_pin_memory": self.loader_pin_memory,
                 "batch_size": sizes.most_common(1)[0][0] if sizes else self.forward_batch_size,
                 "dtype_float64_seen": self.float64_seen, "autocast_seen": self.autocast_seen,
-                "script_error": script_error, **memory}
+                "script_error": script_error, "profile": self.profile.as_context() if self.profile else None,
+                **memory}
+
+    def _profile_notes(self) -> list[str]:
+        """Why operators or kernels were not counted, for the unmeasured list."""
+        subject = "operators and kernel launches"
+        if self.profile_steps == 0:
+            return [f"{subject}: not profiled (profile_steps=0)"]
+        if self._profiler is not None:
+            return [f"{subject}: the profiled steps had not ended when the report was made"]
+        if self.profile is None:
+            return [f"{subject}: not profiled, the watched steps did not complete"] if self._raw else []
+        lines = [f"{subject}: {self.profile.reason}"] if self.profile.reason else []
+        if not self.profile.cuda:
+            lines.append("kernel launches: the device is the CPU (its operators are counted)" if self.device != "cuda"
+                         else "kernel launches: this torch's profiler cannot trace CUDA")
+        return lines
 
     def report(self, script_error: str | None = None, unmeasured: Iterable[str] = ()):
         """The doctor's Report on what was watched (`rules.diagnose`)."""
@@ -262,73 +285,11 @@ class Watcher:
         return diagnose(self.records, self.samples, self.context(script_error, unmeasured))
 
 
-class Watch:
-    """What `watch()` returns: an iterable wrapper and a context manager around one `Watcher`."""
-
-    def __init__(self, iterable: Iterable | None, steps: int, warmup: int):
-        self.watcher = Watcher(steps=steps, warmup=warmup)
-        self._iterable = iterable
-        self._instrumentation: Instrumentation | None = None
-        if iterable is not None:
-            self.watcher.loader_workers = getattr(iterable, "num_workers", None)
-            self.watcher.loader_pin_memory = getattr(iterable, "pin_memory", None)
-
-    def _install(self, patch_loader: bool) -> None:
-        if self._instrumentation is None:
-            self.watcher.start()
-            self._instrumentation = Instrumentation(self.watcher, patch_loader=patch_loader)
-            self._instrumentation.install()
-
-    def _remove(self) -> None:
-        if self._instrumentation is not None:
-            self._instrumentation.remove()
-            self._instrumentation = None
-        self.watcher.close()
-
-    def __enter__(self) -> Watch:
-        self._install(patch_loader=self._iterable is None)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._remove()
-
-    def __len__(self) -> int:
-        return len(self._iterable)  # type: ignore[arg-type]
-
-    def __iter__(self) -> Iterator:
-        if self._iterable is None:
-            raise TypeError("watch() was given nothing to iterate: use watch(loader), or `with watch() as w`")
-        owner = self._instrumentation is None
-        self._install(patch_loader=False)
-        iterator, watcher = iter(self._iterable), self.watcher
-        try:
-            while True:
-                watcher.on_wait_start()
-                start = time.perf_counter()
-                try:
-                    batch = next(iterator)
-                except StopIteration:
-                    return
-                watcher.on_batch_wait(time.perf_counter() - start, batch)
-                yield batch
-        finally:
-            if owner:
-                self._remove()
-
-    def step(self) -> None:
-        """Mark the end of a training step (outranks every other step clock)."""
-        self.watcher.step_boundary("manual")
-
-    @property
-    def records(self) -> list[StepRecord]:
-        return self.watcher.records
-
-    def report(self):
-        """The doctor's Report (`rules.diagnose`) on the steps watched so far."""
-        return self.watcher.report()
-
-
-def watch(iterable: Iterable | None = None, *, steps: int = 50, warmup: int = 5) -> Watch:
+def watch(iterable: Iterable | None = None, *, steps: int = 50, warmup: int = 5,
+          profile_steps: int = PROFILE_STEPS) -> Watch:
     """Watch a training loop from inside it: `for batch in watch(loader): ...`, or `with watch() as w: ...
-    w.step()`. Records `steps` steps after `warmup`, then stops recording; `.records` and `.report()` any time."""
-    return Watch(iterable, steps, warmup)
+    w.step()`. Records `steps` steps after `warmup`, profiles `profile_steps` more (0: none), then stops;
+    `.records` and `.report()` any time."""
+    from gpufeed.doctor.wrapper import Watch
+
+    return Watch(iterable, steps, warmup, profile_steps)

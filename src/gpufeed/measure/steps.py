@@ -21,7 +21,8 @@ class StepRecord:
     sync_s: float  # host time spent in those waits
     batch_size: int | None  # samples in the step's batch when it could be read
     float64_ops: int  # operations on float64 tensors seen in the step (0 when not traced)
-    kernel_launches: int | None  # device kernels launched in the step, when counted
+    kernel_launches: int | None  # device kernels launched in the step, when counted (the doctor counts them in
+    # a profiled window after the watched steps instead: gpufeed.doctor.profile)
 
 
 @dataclass(frozen=True)
@@ -33,3 +34,6 @@ class HostSample:
     cpu_per_core_percent: tuple[float, ...]
     gpu_utilization_percent: float | None  # NVML utilization.gpu
     gpu_memory_used_bytes: int | None
+    ram_used_bytes: int | None = None  # host RAM in use: total - available (psutil.virtual_memory)
+    ram_total_bytes: int | None = None
+    disk_read_bytes_per_s: float | None = None  # all disks, since the previous sample (psutil.disk_io_counters)

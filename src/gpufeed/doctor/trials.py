@@ -1,0 +1,169 @@
+"""Running `--try`'s experiments (experiments.py) and comparing them with baseline runs: the measured gains.
+
+Each run is the script run again in this process (`run_script`: the same argv, working directory and step clock),
+watching `steps` steps after `warmup` (or the change's own minimum warm-up, for the baseline too). A run's rate is
+samples/s = sum of batch sizes / sum of wall time over its watched steps (steps/s when a batch size was not read in
+some run of the experiment; the ratio is the same while the batch is).
+
+Repeats: runs of the same script in one process differ by several percent (the machine, the allocator, the page
+cache), so one ratio carries one run's noise. Each experiment runs `repeats` pairs, a fresh baseline run (no
+change, the same warm-up) then the changed run, alternating: baseline, change, baseline, change, ... The gain is the
+median of the per-pair ratios (changed rate / baseline rate); its text gives the median, the min–max, the pairs and
+the steps per run. The first (diagnosis) run is not reused as a baseline: it ran cold (first imports, the first
+CUDA context and kernels, cold file caches), so a ratio against it would credit the change with the warming up.
+
+Time: after the diagnosis run, 2 x repeats runs per experiment (`total_runs`); with experiments.py's
+MAX_EXPERIMENTS (3) and the default REPEATS that is 18 more runs of (warm-up + steps) steps each, plus each run's
+start-up (about 3 s each for the doctor's defaults on a script at 20 steps/s).
+
+A failing run (the script raises, stalls or ignores the change, in a baseline or a changed run) ends that
+experiment with a line in `unmeasured`, never an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpufeed.doctor.experiments import Changes, Experiment, plan_experiments
+from gpufeed.doctor.inject import describe_exception, run_script
+from gpufeed.doctor.report import Finding, Gain, Report
+from gpufeed.doctor.watch import Watcher
+from gpufeed.measure.steps import StepRecord
+
+# gpufeed's choice: three pairs give a median and a range; the command's --repeats changes it (1 allowed).
+REPEATS = 3
+
+
+@dataclass
+class Run:
+    """One run of the script: its watched steps, why they cannot be compared (None: they can), and the watcher
+    and changes of the run (what an experiment's check reads)."""
+
+    records: list[StepRecord]
+    problem: str | None = None
+    watcher: Watcher | None = None
+    changes: Changes = field(default_factory=Changes)
+
+
+# what runs the script once: (target, args, is_module, experiment or None for a baseline, steps, warmup, timeout_s)
+Runner = Callable[[str, list[str], bool, "Experiment | None", int, int, float], Run]
+
+
+def run_once(target: str, args: list[str], is_module: bool, experiment: Experiment | None, steps: int,
+             warmup: int, timeout_s: float) -> Run:
+    """Run the script with `experiment`'s change (none: a baseline run); every patch is restored after. Only the
+    watched steps' rates are compared, so the run profiles nothing after them (profile_steps=0)."""
+    watcher, changes = Watcher(steps=steps, warmup=warmup, profile_steps=0), Changes()
+    try:
+        if experiment is not None:
+            experiment.install(changes)
+        outcome = run_script(target, list(args), is_module, watcher, timeout_s=timeout_s)
+    finally:
+        changes.restore()
+    records = watcher.records
+    problem = outcome.problem if outcome.error is not None or outcome.timed_out or not records else None
+    return Run(records, problem, watcher, changes)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One experiment's pairs: the gain, or why there is none. `rates`: (baseline, changed) per pair, in `unit`,
+    in the order they ran."""
+
+    experiment: Experiment
+    gain: Gain | None
+    rates: tuple[tuple[float, float], ...] = ()
+    unit: str = "samples/s"  # or "steps/s"
+    problem: str | None = None
+
+    @property
+    def ratios(self) -> list[float]:
+        return [changed / baseline for baseline, changed in self.rates]
+
+
+def _rate(steps: list[StepRecord], samples: bool) -> float:
+    amount = sum(record.batch_size for record in steps) if samples else len(steps)
+    return amount / sum(record.wall_s for record in steps)
+
+
+def gain_text(description: str, ratios: list[float], step_counts: list[int], unit: str) -> str:
+    """Gain.how: the change, the median ratio with its range, the pairs and the steps behind each run."""
+    low, high = min(step_counts), max(step_counts)
+    steps = f"{low} steps each" if low == high else f"{low}–{high} steps per run"
+    if len(ratios) == 1:
+        return f"{description}: 1 pair {ratios[0]:.2f}x, {steps} ({unit} vs a fresh baseline run; one pair, so " \
+               f"the ratio carries one run's noise)"
+    return (f"{description}: median of {len(ratios)} pairs {statistics.median(ratios):.2f}x "
+            f"({min(ratios):.2f}–{max(ratios):.2f}), {steps} ({unit}, each pair a fresh baseline run then the "
+            f"change)")
+
+
+def compare(experiment: Experiment, pairs: list[tuple[list[StepRecord], list[StepRecord]]]) -> Trial:
+    """The gain over (baseline records, changed records) pairs: the median of the per-pair rate ratios, in
+    samples/s when every step of every run has a batch size, else steps/s."""
+    runs = [records for pair in pairs for records in pair]
+    samples = all(record.batch_size is not None for records in runs for record in records)
+    unit = "samples/s" if samples else "steps/s"
+    if experiment.name == "double_batch" and not samples:
+        return Trial(experiment, None, unit=unit, problem="the batch size was not read, so samples/s cannot be "
+                                                          "compared")
+    rates = tuple((_rate(baseline, samples), _rate(changed, samples)) for baseline, changed in pairs)
+    ratios = [changed / baseline for baseline, changed in rates]
+    how = gain_text(experiment.description, ratios, [len(records) for records in runs], unit)
+    return Trial(experiment, Gain(statistics.median(ratios), how), rates, unit)
+
+
+def run_trial(experiment: Experiment, target: str, args: list[str], is_module: bool, steps: int, warmup: int,
+              timeout_s: float = 60.0, repeats: int = REPEATS, runner: Runner = run_once) -> Trial:
+    """`repeats` pairs of runs, each a fresh baseline run then a run with `experiment`'s change, both with the same
+    warm-up, compared by `compare`. The first failing run ends the trial: its reason is the Trial's `problem`,
+    never an exception (a KeyboardInterrupt passes through); every patch is restored either way."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    warmup = max(warmup, experiment.min_warmup)
+    pairs = []
+    try:
+        for _ in range(repeats):
+            baseline = runner(target, args, is_module, None, steps, warmup, timeout_s)
+            if baseline.problem is not None:
+                return Trial(experiment, None, problem=f"the baseline run before it: {baseline.problem}")
+            changed = runner(target, args, is_module, experiment, steps, warmup, timeout_s)
+            problem = changed.problem or experiment.check(changed.watcher, changed.changes, baseline.records)
+            if problem is not None:
+                return Trial(experiment, None, problem=problem)
+            pairs.append((baseline.records, changed.records))
+        return compare(experiment, pairs)
+    except Exception as error:  # our change or the comparison broke: a line in the report, not a crash
+        return Trial(experiment, None, problem=f"the experiment failed: {describe_exception(error)}")
+
+
+def total_runs(experiments: int, repeats: int) -> int:
+    """Runs of the script after the first (diagnosis) run: a baseline and a changed run per pair."""
+    return 2 * repeats * experiments
+
+
+def combined_gain(trials: list[Trial]) -> Gain:
+    """The first trial's factor; `how` lists every trial's text (each states its own factor)."""
+    return Gain(trials[0].gain.measured, "; ".join(trial.gain.how for trial in trials))
+
+
+def run_experiments(target: str, args: list[str], is_module: bool, baseline: Report, steps: int, warmup: int,
+                    timeout_s: float = 60.0, repeats: int = REPEATS,
+                    runner: Runner = run_once) -> tuple[list[Finding], list[str]]:
+    """The findings of `baseline` (the diagnosis run's report), copies with `gain` set where an experiment measured
+    one, and what was not measured and why. `steps` and `warmup` are per run; the diagnosis run's own steps are not
+    used (see the module docstring)."""
+    planned, unmeasured = plan_experiments(baseline)
+    trials = [run_trial(experiment, target, args, is_module, steps, warmup, timeout_s, repeats, runner)
+              for experiment in planned]
+    findings = []
+    for finding in baseline.findings:
+        own = [trial for trial in trials if trial.experiment.kind == finding.kind]
+        unmeasured += [f"verified fix for {finding.kind} ({trial.experiment.name}): {trial.problem}"
+                       for trial in own if trial.gain is None]
+        measured = [trial for trial in own if trial.gain is not None]
+        findings.append(dataclasses.replace(finding, gain=combined_gain(measured)) if measured else finding)
+    return findings, unmeasured

@@ -1,0 +1,78 @@
+"""`Watch`, what `gpufeed.watch()` (watch.py) returns: an iterable wrapper and a context manager around one
+`Watcher`, with the doctor's instrumentation installed while it runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+
+from gpufeed.doctor.inject import Instrumentation
+from gpufeed.doctor.profile import PROFILE_STEPS
+from gpufeed.doctor.watch import Watcher
+from gpufeed.measure.steps import StepRecord
+
+
+class Watch:
+    """What `watch()` returns: an iterable wrapper and a context manager around one `Watcher`."""
+
+    def __init__(self, iterable: Iterable | None, steps: int, warmup: int, profile_steps: int = PROFILE_STEPS):
+        self.watcher = Watcher(steps=steps, warmup=warmup, profile_steps=profile_steps)
+        self._iterable = iterable
+        self._instrumentation: Instrumentation | None = None
+        if iterable is not None:
+            self.watcher.loader_workers = getattr(iterable, "num_workers", None)
+            self.watcher.loader_pin_memory = getattr(iterable, "pin_memory", None)
+
+    def _install(self, patch_loader: bool) -> None:
+        if self._instrumentation is None:
+            self.watcher.start()
+            self._instrumentation = Instrumentation(self.watcher, patch_loader=patch_loader)
+            self._instrumentation.install()
+
+    def _remove(self) -> None:
+        if self._instrumentation is not None:
+            self._instrumentation.remove()
+            self._instrumentation = None
+        self.watcher.close()
+
+    def __enter__(self) -> Watch:
+        self._install(patch_loader=self._iterable is None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._remove()
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator:
+        if self._iterable is None:
+            raise TypeError("watch() was given nothing to iterate: use watch(loader), or `with watch() as w`")
+        owner = self._instrumentation is None
+        self._install(patch_loader=False)
+        iterator, watcher = iter(self._iterable), self.watcher
+        try:
+            while True:
+                watcher.on_wait_start()
+                start = time.perf_counter()
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+                watcher.on_batch_wait(time.perf_counter() - start, batch)
+                yield batch
+        finally:
+            if owner:
+                self._remove()
+
+    def step(self) -> None:
+        """Mark the end of a training step (outranks every other step clock)."""
+        self.watcher.step_boundary("manual")
+
+    @property
+    def records(self) -> list[StepRecord]:
+        return self.watcher.records
+
+    def report(self):
+        """The doctor's Report (`rules.diagnose`) on the steps watched so far."""
+        return self.watcher.report()
