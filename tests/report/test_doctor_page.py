@@ -136,3 +136,22 @@ def test_the_page_does_not_change_the_document():
     before = copy.deepcopy(document)
     render(document)
     assert document == before
+
+
+def test_profiled_steps_are_a_table_of_counts_and_shares():
+    document = load()
+    document["timeline"]["profile"] = [
+        {"index": 0, "wall_s": 0.010, "operators": 1304, "outside_operators_s": 0.005, "loader_s": 0.001,
+         "kernels": None, "short_kernels": None, "kernel_s": None, "kernel_busy_s": None},
+        {"index": 1, "wall_s": 0.020, "operators": 1304, "outside_operators_s": 0.003, "loader_s": 0.0,
+         "kernels": 410, "short_kernels": 400, "kernel_s": 0.004, "kernel_busy_s": 0.0025}]
+    parsed = parse_page(render(document))
+    assert parsed.charts == 4  # a table, not a chart
+    text = visible(parsed)
+    assert "2 steps after the watched ones ran under torch.profiler" in text
+    assert "1,304" in text and "410" in text
+    # hand: 0.005 / 0.010 = 50%, 0.001 / 0.010 = 10%; 0.003 / 0.020 = 15%, 0.0025 / 0.020 = 12.5% -> 12%
+    for share in ("50%", "10%", "15%", "12%"):
+        assert share in text
+    del document["timeline"]["profile"]
+    assert "Profiled steps" not in visible(parse_page(render(document)))

@@ -45,6 +45,8 @@ def doctor_page(document: dict) -> Page:
     timeline = document.get("timeline") or {}
     if timeline.get("steps"):
         _step_timeline(page, timeline["steps"])
+    if timeline.get("profile"):
+        _profiled(page, timeline["profile"])
     if timeline.get("samples"):
         _host_samples(page, timeline["samples"])
     _findings(page, document["findings"])
@@ -52,6 +54,26 @@ def doctor_page(document: dict) -> Page:
         page.heading("Not measured")
         page.bullets(document["unmeasured"])
     return page
+
+
+def _profiled(page: Page, profile: list[dict]) -> None:
+    """The steps run under torch.profiler after the watched ones: operators, kernels and where the time went."""
+    page.heading("Profiled steps")
+    page.paragraph(f"{len(profile)} steps after the watched ones ran under torch.profiler, which slows them: their "
+                   f"counts are exact, their times only show the proportions.")
+    rows = []
+    for step in profile:
+        wall = step["wall_s"] or 0.0
+        rows.append((step["index"], f"{wall * 1e3:.2f}", step["operators"], _share(step, "outside_operators_s"),
+                     _share(step, "loader_s"), step.get("kernels"), step.get("short_kernels"),
+                     _share(step, "kernel_busy_s")))
+    page.table(("step", "wall ms", "operators", "outside operators", "in the loader", "kernels", "kernels < 20 us",
+                "device busy (kernel union)"), rows, caption="Each profiled step (n/a: not measured on this device)")
+
+
+def _share(step: dict, key: str) -> str | None:
+    wall = step.get("wall_s") or 0.0
+    return None if step.get(key) is None or wall <= 0 else f"{step[key] / wall:.0%}"
 
 
 def _verdict(page: Page, document: dict) -> None:
