@@ -3,6 +3,7 @@ interval derived by hand, and the StepProfiler on a real loop of known operators
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -151,3 +152,15 @@ def test_the_scripts_own_profiler_is_left_alone():
     finally:
         own.stop()
     assert any(event.name == "aten::add" for event in own.events())  # its trace is intact
+
+
+def test_kineto_usdt_lines_are_dropped_and_every_other_line_is_kept(capfd):
+    from gpufeed.doctor.profile import _without_kineto_noise
+
+    with _without_kineto_noise():
+        os.write(2, b"USDT:2026-11-30 06:15:22 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"the script's own warning\n")
+    os.write(2, b"after\n")
+    err = capfd.readouterr().err
+    assert "USDT" not in err
+    assert err == "the script's own warning\nafter\n"
