@@ -38,8 +38,8 @@ within() {  # within LIMIT COMMAND...: COMMAND under timeout, LIMIT seconds or w
   step "doctor: the GPU bottleneck scripts' tests (verdicts and key findings)"  # est 40 s: 4 tests of 5-10 s
   within 90 python3 -m pytest -q -p no:cacheprovider -rs tests/doctor/test_gpu_scripts.py 2>&1 | tail -25
 
-  # est 60 s: item_sync 1 run (no experiment for sync_stall), tiny_kernels 3 runs (double_batch finds no
-  # DataLoader), pageable_copy 5 (pin_memory), cpu_augment 9 (replay, workers); 35 steps a run, 5-50 ms a step
+  # est 70 s: item_sync 5 runs (async_item), tiny_kernels 3 runs (double_batch finds no DataLoader),
+  # pageable_copy 5 (pin_memory), cpu_augment 9 (replay, workers); 35 steps a run, 5-50 ms a step
   step "doctor --try --repeats 2 on each GPU script (verdicts, findings, measured gains)"
   for script in tests/doctor/scripts/gpu_*.py; do
     name=$(basename "$script" .py)

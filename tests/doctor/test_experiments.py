@@ -251,16 +251,25 @@ def test_the_plan_follows_the_findings_and_stops_at_three() -> None:
                 finding("sync_stall", "high", {}), finding("small_batch", "medium", {"batch_size": 4}),
                 finding("precision", "medium", {"autocast_seen": False}), finding("periodic_stall", "low", {})]
     planned, unmeasured = plan_experiments(Report(Verdict("input_bound", 0.3, 0.5, 10, "cuda:0 (H200)"), findings))
-    assert [e.name for e in planned] == ["replay", "workers", "double_batch"]
+    assert [e.name for e in planned] == ["replay", "workers", "async_item"]
     assert planned[1].description == "DataLoader(num_workers=8, persistent_workers=True, pin_memory=True)"
-    assert unmeasured[0].startswith("verified fix for sync_stall: not tried: removing a per-step .item()")
-    assert unmeasured[1] == ("verified fix for precision (bf16_autocast): not tried, --try runs 3 experiments "
-                             "at most")
-    assert len(unmeasured) == 2  # the low finding gets no line
+    assert unmeasured == [f"verified fix for {kind}: not tried, --try runs 3 experiments at most"
+                          for kind in ("small_batch (double_batch)", "precision (bf16_autocast)")]  # low: no line
     assert [e.name for e in plan_for("precision", {"autocast_seen": False}, "cuda:0")] == ["bf16_autocast"]
     assert plan_for("precision", {"autocast_seen": False}) == []  # the CPU: not tried
     assert plan_for("precision", {"float64_ops_per_step": 0.0}, "cuda:0") == []
     assert [e.name for e in plan_for("input_bound", {"loader_workers": 8, "suggested_workers": 8})] == ["replay"]
+
+
+def test_a_sync_stall_is_tried_on_cuda_only() -> None:
+    cuda = Report(Verdict("sync_stall", None, 0.5, 10, "cuda:0 (H200)"), [finding("sync_stall", "high", {})])
+    planned, unmeasured = plan_experiments(cuda)
+    assert [(e.kind, e.name, e.min_warmup) for e in planned] == [("sync_stall", "async_item", 1)] and unmeasured == []
+    assert "one step stale" in planned[0].description and "measures the speed, not the results" in \
+        planned[0].description
+    cpu = Report(Verdict("sync_stall", None, 0.5, 10, "cpu"), [finding("sync_stall", "medium", {})])
+    assert plan_experiments(cpu) == ([], ["verified fix for sync_stall: not tried: on the CPU, .item() waits for "
+                                          "no device, so there is no wait to defer"])
 
 
 class Stop(BaseException):

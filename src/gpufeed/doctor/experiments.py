@@ -17,8 +17,11 @@ The experiments, for the findings of severity high or medium, in the report's or
   epoch): the gain is in samples/s only, a measurement and not a drop-in fix.
 - precision, float32 on CUDA: the outermost forward under bf16 autocast (a global forward pre-hook enters
   `torch.autocast`, the post-hook leaves it); the loss outside the forward stays as it was.
-Not tried, with the reason in `unmeasured`: sync_stall and float64 precision (each needs an edit of the script),
-every experiment on a device where it cannot act, and every other kind (no experiment).
+- sync_stall on CUDA: "async_item" (async_item.py): each CUDA `.item()` (and small `.tolist()`) returns its call
+  site's previous value, copied without waiting (non_blocking, into pinned memory), as a one-step-stale log does:
+  the script sees stale values, so the gain is the speed of not waiting, not a check of its results.
+Not tried, with the reason in `unmeasured`: float64 precision (it needs an edit of the script), every experiment on
+a device where it cannot act (sync_stall on the CPU: `.item()` waits for no device), and every other kind.
 
 Limits: the changes reach every DataLoader and every module in the process (a validation loader too). Replayed
 batches are the very objects the loader made (no copy, so no cost per step): a script that changes its batch in
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
+from gpufeed.doctor.async_item import defer_reads, deferred
 from gpufeed.doctor.hooks import _Patch
 from gpufeed.doctor.report import Finding, Report
 from gpufeed.doctor.watch import Watcher
@@ -161,6 +165,11 @@ def autocast_forward(changes: Changes, device_type: str, dtype: torch.dtype = to
 
 # --- which experiments ------------------------------------------------------------------------------------------
 
+ASYNC_ITEM = Experiment("sync_stall", "async_item", "each CUDA .item() (and small .tolist()) returned its call "
+                        "site's previous value, copied with non_blocking=True to pinned memory instead of waiting "
+                        "for the device (the values the script saw were one step stale: this measures the speed, "
+                        "not the results)", defer_reads, min_warmup=1, check=deferred)
+
 
 def typical_batch(records: list[StepRecord]) -> int | None:
     sizes = [record.batch_size for record in records if record.batch_size is not None]
@@ -240,8 +249,9 @@ def experiments_for(finding: Finding, cuda: bool) -> tuple[list[Experiment], str
     if finding.kind == "precision":
         return [], "not tried: float64 to float32 needs the model and its data cast in the script"
     if finding.kind == "sync_stall":
-        return [], "not tried: removing a per-step .item(), .cpu() or print of a device tensor needs a change to " \
-                   "the script"
+        if not cuda:
+            return [], "not tried: on the CPU, .item() waits for no device, so there is no wait to defer"
+        return [ASYNC_ITEM], None
     return [], "not tried: no experiment for this kind of finding"
 
 

@@ -84,6 +84,9 @@ def sync_stall(device_type: str) -> tuple[str, str]:
     fix = ("The host waits for the device inside the step (.item(), .cpu(), print of a tensor, synchronize), so "
            "the device runs dry while the host catches up. Accumulate the loss on the device and read it every N "
            "steps.")
+    if device_type == "cuda":
+        fix += (" To log every step, copy the value with non_blocking=True into pinned memory and print the "
+                "previous step's copy, which has landed by then (what `gpufeed doctor --try` measures).")
     snippet = (f"running_loss = torch.zeros((), device=\"{device_type}\")\n"
                f"for step, (images, labels) in enumerate(loader):\n"
                f"    loss = criterion(model(images), labels)\n"
@@ -94,6 +97,18 @@ def sync_stall(device_type: str) -> tuple[str, str]:
                f"    if (step + 1) % 100 == 0:\n"
                f"        print(f\"loss {{running_loss.item() / 100:.4f}}\")  # one wait per 100 steps\n"
                f"        running_loss.zero_()")
+    if device_type != "cuda":
+        return fix, snippet
+    snippet += ("\n\n# or, a value every step, one step late:\n"
+                "host_loss = torch.zeros((), pin_memory=True)\n"
+                "landed = torch.cuda.Event()\n"
+                "for step, (images, labels) in enumerate(loader):\n"
+                "    ...  # the step as above\n"
+                "    if step > 0:\n"
+                "        landed.synchronize()  # the previous step's copy: the device goes on with this step\n"
+                "        print(f\"step {step - 1}: loss {host_loss.item():.4f}\")\n"
+                "    host_loss.copy_(loss.detach(), non_blocking=True)  # starts the copy, does not wait\n"
+                "    landed.record()")
     return fix, snippet
 
 
