@@ -81,7 +81,10 @@ def test_replaying_batches_and_more_workers_are_measured_on_a_loop_that_waits_fo
 
 def test_no_experiment_without_a_high_or_medium_finding(monkeypatch: pytest.MonkeyPatch) -> None:
     report, records = baseline("compute_bound")
-    assert all(f.severity not in ("high", "medium") for f in report.findings)
+    # a healthy run has only low or info findings; under load a real run can show a medium one (a periodic
+    # stall, say), so the report is made healthy by hand: what is tested is that nothing runs without one
+    report = dataclasses.replace(report, findings=[f for f in report.findings if f.severity in ("low", "info")])
+    assert report.findings and all(f.severity not in ("high", "medium") for f in report.findings)
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("an experiment ran")
