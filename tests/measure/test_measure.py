@@ -6,7 +6,9 @@ from types import SimpleNamespace
 import psutil
 import torch
 
-from gpufeed.measure.sampler import HostReader, Sampler
+from gpufeed.hardware.na import NA
+from gpufeed.measure import sampler as sampler_module
+from gpufeed.measure.sampler import HostReader, HostSampler, Sampler
 from gpufeed.measure.timers import DeviceBusyTimer, Stopwatch
 
 
@@ -35,8 +37,9 @@ def test_sampler_reads_the_cpu_and_no_gpu_here():
             break
     sample = sampler.take()
     sampler.close()
-    assert sample.gpu_utilization_percent is None
+    assert sample.gpu_utilization_percent is None and sample.sm_activity_percent is None
     assert sample.cpu_percent is not None and 0.0 <= sample.cpu_percent <= 100.0
+    assert not any("GPU" in line or "GPM" in line for line in sampler.unmeasured)  # a CPU run lacks no GPU reading
 
 
 def test_sampler_reads_the_host_ram_and_a_disk_rate():
@@ -77,3 +80,34 @@ def test_ram_used_is_total_minus_available(monkeypatch):
     monkeypatch.setattr(psutil, "virtual_memory", lambda: SimpleNamespace(total=16 * 2**30, available=4 * 2**30,
                                                                           used=9 * 2**30))
     assert HostReader().ram() == (12 * 2**30, 16 * 2**30)  # node_exporter's figure, not psutil's `used`
+
+
+def test_the_doctors_sampler_reads_no_gpu_before_the_script_starts_cuda(monkeypatch):
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU the script has not touched yet
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(sampler_module, "nvml_index_for_cuda", lambda index: asked.append(index) or 0)
+    host = HostSampler(time.perf_counter(), interval_s=0.02)
+    deadline = time.monotonic() + 2.0
+    while len(host.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    host.close()
+    assert len(host.samples) >= 3 and asked == []  # never asked for the device: that would start CUDA
+    gpu_fields = ("gpu_utilization_percent", "gpu_memory_used_bytes", "power_w", "sm_clock_mhz", "sm_activity_percent",
+                  "sm_occupancy_percent", "tensor_activity_percent")
+    assert all(getattr(sample, field) is None for sample in host.samples for field in gpu_fields)
+    assert not any("GPU" in line or "GPM" in line for line in host.unmeasured)
+
+
+def test_a_cuda_device_nvml_cannot_match_is_one_reason(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(sampler_module, "nvml_index_for_cuda", lambda index: NA("NVML not available: no driver"))
+    host = HostSampler(time.perf_counter(), interval_s=0.02)
+    deadline = time.monotonic() + 2.0
+    while len(host.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    host.close()
+    assert len(host.samples) >= 3 and all(sample.power_w is None for sample in host.samples)
+    lines = [line for line in host.unmeasured if "NVML" in line]
+    assert lines == ["GPU readings (NVML): NVML not available: no driver"]  # once, though every sample lacked it

@@ -9,6 +9,8 @@ Devices are addressed by NVML index, which follows PCI bus order and ignores `CU
 it can differ from the CUDA index torch uses. Map one to the other with `index_for_uuid`.
 
 Each function's docstring gives its unit and the `nvidia-smi --query-gpu=` field it matches.
+GPM metrics (SM activity, occupancy, tensor activity on Hopper and newer) are in gpm.py, which uses the loading
+and the error descriptions here.
 Safe to call from several threads (the background sampler does).
 """
 

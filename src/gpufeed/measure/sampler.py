@@ -1,4 +1,4 @@
-"""Background samplers: NVML utilization of one GPU, the host's CPU use, RAM and disk read rate, polled at a fixed
+"""Background samplers: NVML readings of one GPU, the host's CPU use, RAM and disk read rate, polled at a fixed
 rate. `Sampler` (gpufeed train) averages between `take()` calls; `HostSampler` (the doctor) keeps every reading
 as a `HostSample`.
 
@@ -6,7 +6,9 @@ as a `HostSample`.
 interval's seconds). GPU utilization is NVML's figure (the share of time any
 kernel was running: `nvidia-smi --query-gpu=utilization.gpu`), which reads 100% for a single tiny kernel in
 flight; the CUDA-event busy share in `timers.py` is the better measure of our own loop, this one shows what
-the whole GPU did. Readings that cannot be taken are None, with the reason in `unmeasured`.
+the whole GPU did. On Hopper and newer, NVML's GPM metrics add SM activity (the share of SMs busy, which a lone
+small kernel does not fill), SM occupancy and tensor activity, each over a GPM window of `gpm.GPM_WINDOW_S` or
+more. Readings that cannot be taken are None, with the reason in `unmeasured`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import psutil
 import torch
 
-from gpufeed.hardware import nvml
+from gpufeed.hardware import gpm, nvml
 from gpufeed.hardware.na import is_na
 from gpufeed.hardware.probe import nvml_index_for_cuda
 from gpufeed.measure.steps import HostSample
@@ -70,6 +72,52 @@ class HostReader:
         return max(0, read - last[1]) / (now - last[0])  # a counter that wrapped or was reset reads as 0
 
 
+GPM_SUBJECT = "SM activity, SM occupancy and tensor activity (NVML GPM)"
+NO_GPU = {"gpu_utilization_percent": None, "gpu_memory_used_bytes": None, "power_w": None, "sm_clock_mhz": None,
+          **{field: None for field, _, _ in gpm.GPM_METRICS}}
+
+
+class GpuReader:
+    """NVML readings of one GPU (by NVML index) for the samplers. `read()` returns (readings, new_window):
+    utilization.gpu and, with `full`, memory used, power draw and SM clock, then the GPM metrics of the latest
+    window, held until the next window closes (`new_window` is True when this call closed one). A reading that
+    fails is None, with the reason added once to `unmeasured` (pass a list to share it)."""
+
+    def __init__(self, index: int, full: bool = True, unmeasured: list[str] | None = None,
+                 gpm_window_s: float = gpm.GPM_WINDOW_S) -> None:
+        self.index, self.full = index, full
+        self.unmeasured = [] if unmeasured is None else unmeasured
+        self._gpm = gpm.GpmReader(index, gpm_window_s)
+        if self._gpm.unavailable is not None:
+            self._note(GPM_SUBJECT, self._gpm.unavailable.reason)
+        self._held: dict = {field: None for field, _, _ in gpm.GPM_METRICS}
+
+    def _note(self, subject: str, reason: str) -> None:
+        if all(not line.startswith(subject + ":") for line in self.unmeasured):
+            self.unmeasured.append(f"{subject}: {reason}")
+
+    def _value(self, subject: str, reading, kind: type = float):
+        if is_na(reading):
+            self._note(subject, reading.reason)
+            return None
+        return kind(reading)
+
+    def read(self) -> tuple[dict, bool]:
+        index = self.index
+        readings = {"gpu_utilization_percent": self._value("GPU utilization", nvml.utilization_percent(index))}
+        if self.full:
+            readings.update(gpu_memory_used_bytes=self._value("GPU memory used", nvml.memory_bytes(index, "used"), int),
+                            power_w=self._value("GPU power draw", nvml.power_usage_w(index)),
+                            sm_clock_mhz=self._value("GPU SM clock", nvml.clock_mhz(index, "sm"), int))
+        window = self._gpm.read()
+        if window is not None:
+            self._held = {field: self._value(f"GPM {label}", window[field]) for field, label, _ in gpm.GPM_METRICS}
+        return {**readings, **self._held}, window is not None
+
+    def close(self) -> None:
+        self._gpm.close()
+
+
 @dataclass(frozen=True)
 class Sample:
     gpu_utilization_percent: float | None
@@ -77,21 +125,23 @@ class Sample:
     ram_used_bytes: int | None = None  # the largest reading since the previous take()
     ram_total_bytes: int | None = None
     disk_read_bytes_per_s: float | None = None  # over the time since the previous take()
+    sm_activity_percent: float | None = None  # NVML GPM: mean of the GPM windows that closed since the previous take()
 
 
 class Sampler:
     def __init__(self, device: torch.device, interval_s: float = 0.1):
         self.interval_s = interval_s
         self.unmeasured: list[str] = []
-        self._index = None
+        self._device: GpuReader | None = None
         if device.type == "cuda":
             index = nvml_index_for_cuda(device.index or 0)
             if is_na(index):
                 self.unmeasured.append(f"GPU utilization: {index.reason}")
             else:
-                self._index = index
+                self._device = GpuReader(index, full=False)
         self._lock = threading.Lock()
         self._gpu: list[float] = []
+        self._sm_activity: list[float] = []
         self._cpu: list[float] = []
         self._ram_used: int | None = None
         self._ram_total: int | None = None
@@ -106,69 +156,85 @@ class Sampler:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             cpu = psutil.cpu_percent(interval=None)
-            gpu = nvml.utilization_percent(self._index) if self._index is not None else None
+            gpu, new_window = self._device.read() if self._device is not None else (NO_GPU, False)
             used, total = self._host.ram()
             with self._lock:
                 self._cpu.append(float(cpu))
-                if gpu is not None and not is_na(gpu):
-                    self._gpu.append(float(gpu))
+                if gpu["gpu_utilization_percent"] is not None:
+                    self._gpu.append(float(gpu["gpu_utilization_percent"]))
+                if new_window and gpu["sm_activity_percent"] is not None:
+                    self._sm_activity.append(gpu["sm_activity_percent"])
                 if used is not None:
                     self._ram_used, self._ram_total = max(used, self._ram_used or 0), total
 
     def take(self) -> Sample:
         disk = self._disk.disk_read_bytes_per_s()
         with self._lock:
-            gpu, cpu, used, total = self._gpu, self._cpu, self._ram_used, self._ram_total
-            self._gpu, self._cpu, self._ram_used = [], [], None
+            gpu, cpu, sm_activity = self._gpu, self._cpu, self._sm_activity
+            used, total = self._ram_used, self._ram_total
+            self._gpu, self._cpu, self._sm_activity, self._ram_used = [], [], [], None
         self._gather_notes()
-        return Sample(sum(gpu) / len(gpu) if gpu else None, sum(cpu) / len(cpu) if cpu else None, used, total, disk)
+        return Sample(_mean(gpu), _mean(cpu), used, total, disk, _mean(sm_activity))
 
     def _gather_notes(self) -> None:
-        for line in self._host.unmeasured + self._disk.unmeasured:
+        device = self._device.unmeasured if self._device is not None else []
+        for line in self._host.unmeasured + self._disk.unmeasured + device:
             if line not in self.unmeasured:
                 self.unmeasured.append(line)
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=1.0)
+        if self._device is not None:
+            self._device.close()
         self._gather_notes()
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 class HostSampler:
     """Background readings every `interval_s` (10 Hz): CPU per core, RAM and disk read rate (psutil) and, once
-    the script has started CUDA, NVML utilization and memory of CUDA device 0. This thread never initialises CUDA
-    itself. Readings that fail are None, with the reason in `reader.unmeasured`."""
+    the script has started CUDA, NVML readings of CUDA device 0 (utilization, memory used, power draw, SM clock,
+    GPM SM activity, SM occupancy and tensor activity). This thread never initialises CUDA itself. Readings that
+    fail are None, with the reason in `unmeasured` (the same list as `reader.unmeasured`)."""
 
     def __init__(self, start_s: float, interval_s: float = 0.1):
         self.samples: list[HostSample] = []
         self._start_s, self._interval_s = start_s, interval_s
-        self._nvml_index: int | None = None
+        self._device: GpuReader | None = None
+        self._device_tried = False
         self._stop = threading.Event()
         self.reader = HostReader()
+        self.unmeasured = self.reader.unmeasured
         self.reader.disk_read_bytes_per_s()  # the first call only starts the interval
         psutil.cpu_percent(percpu=True)  # the first call only starts psutil's interval
         self._thread = threading.Thread(target=self._run, name="gpufeed-doctor-sampler", daemon=True)
         self._thread.start()
 
-    def _gpu(self) -> tuple[float | None, int | None]:
-        if self._nvml_index is None and torch.cuda.is_available() and torch.cuda.is_initialized():
+    def _gpu(self) -> dict:
+        if not self._device_tried and torch.cuda.is_available() and torch.cuda.is_initialized():
+            self._device_tried = True
             index = nvml_index_for_cuda(0)
-            self._nvml_index = -1 if is_na(index) else index
-        if self._nvml_index is None or self._nvml_index < 0:
-            return None, None
-        utilization, used = nvml.utilization_percent(self._nvml_index), nvml.memory_bytes(self._nvml_index, "used")
-        return (None if is_na(utilization) else float(utilization)), (None if is_na(used) else int(used))
+            if is_na(index):
+                self.unmeasured.append(f"GPU readings (NVML): {index.reason}")
+            else:
+                self._device = GpuReader(index, unmeasured=self.unmeasured)
+        return self._device.read()[0] if self._device is not None else NO_GPU
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
             per_core = tuple(float(value) for value in psutil.cpu_percent(percpu=True))
-            utilization, used = self._gpu()
+            gpu = self._gpu()
             ram_used, ram_total = self.reader.ram()
             self.samples.append(HostSample(time.perf_counter() - self._start_s,
                                            sum(per_core) / len(per_core) if per_core else None, per_core,
-                                           utilization, used, ram_used, ram_total,
-                                           self.reader.disk_read_bytes_per_s()))
+                                           ram_used_bytes=ram_used, ram_total_bytes=ram_total,
+                                           disk_read_bytes_per_s=self.reader.disk_read_bytes_per_s(), **gpu))
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=1.0)
+        if self._device is not None:
+            self._device.close()

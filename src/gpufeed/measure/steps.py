@@ -37,3 +37,10 @@ class HostSample:
     ram_used_bytes: int | None = None  # host RAM in use: total - available (psutil.virtual_memory)
     ram_total_bytes: int | None = None
     disk_read_bytes_per_s: float | None = None  # all disks, since the previous sample (psutil.disk_io_counters)
+    power_w: float | None = None  # board power draw, NVML power.draw
+    sm_clock_mhz: int | None = None  # NVML clocks.sm
+    # NVML GPM (Hopper or newer), percent over the latest GPM window (>= 0.2 s) closed by this sample; None before
+    # the first window closes, or without GPM (the reason is in the sampler's unmeasured list)
+    sm_activity_percent: float | None = None  # SMs busy; a lone small kernel reads low, not 100%
+    sm_occupancy_percent: float | None = None  # resident warps over the SMs' maximum
+    tensor_activity_percent: float | None = None  # share of time the SMs ran any tensor-core instruction

@@ -135,7 +135,8 @@ def _utilization(page: Page, timeline: list[dict]) -> None:
     page.heading("Utilization")
     figure, axes = new_figure(8.0, 2.8)
     drawn = [_over_time(axes, timeline, "cpu_percent", "CPU, all host cores (psutil)", "#1f77b4"),
-             _over_time(axes, timeline, "gpu_utilization_percent", "GPU utilization (NVML)", PART_COLOURS["compute"])]
+             _over_time(axes, timeline, "gpu_utilization_percent", "GPU utilization (NVML)", PART_COLOURS["compute"]),
+             _over_time(axes, timeline, "sm_activity_percent", "SM activity (NVML GPM)", "#17becf")]
     if not any(drawn):
         page.paragraph("Neither CPU nor GPU utilization was sampled in this run.")
         return
@@ -144,8 +145,10 @@ def _utilization(page: Page, timeline: list[dict]) -> None:
     axes.set_ylabel("percent")
     axes.legend(loc="best", fontsize="small")
     missing = "" if drawn[1] else " GPU utilization was not measured (no NVML reading for this device)."
+    activity = (" SM activity is the share of the GPU's SMs that were busy (NVML GPM, Hopper or newer): a kernel too "
+                "small to fill the GPU counts fully in GPU utilization but only partly here." if drawn[2] else "")
     page.chart(figure, "Mean utilization over each log interval, in percent: CPU is the share of all host cores "
-                       f"busy; GPU is NVML's share of time a kernel was running.{missing}")
+                       f"busy; GPU is NVML's share of time a kernel was running.{activity}{missing}")
 
 
 def _progress(page: Page, timeline: list[dict]) -> None:

@@ -42,6 +42,7 @@ class StepLog:
     cpu_percent: float | None  # all host cores, psutil, mean over the interval
     learning_rate: float
     seconds: float  # since the start of the loop
+    sm_activity_percent: float | None = None  # NVML GPM share of SMs busy, mean over the interval; None without GPM
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,8 @@ def _log(run: _Run, interval: _Interval, totals: dict, notify) -> _Interval:
                      samples_per_s=samples / seconds, data_wait_fraction=wait_s / seconds,
                      device_busy_fraction=None if busy_s is None else min(1.0, busy_s / seconds),
                      gpu_utilization_percent=sample.gpu_utilization_percent, cpu_percent=sample.cpu_percent,
-                     learning_rate=run.optimizer.param_groups[0]["lr"], seconds=totals["seconds"])
+                     learning_rate=run.optimizer.param_groups[0]["lr"], seconds=totals["seconds"],
+                     sm_activity_percent=sample.sm_activity_percent)
     if run.files is not None:
         run.files.append_metrics(record)
     totals["timeline"].append(record)
