@@ -1,6 +1,7 @@
 """The doctor's rules on hand-built step sequences: each kind fires where it should, with evidence equal to hand
 arithmetic, and healthy sequences raise no alarm."""
 
+import dataclasses
 import json
 import random
 
@@ -428,3 +429,29 @@ def test_a_sync_costs_the_idle_share_the_profiled_kernels_leave():
     context = {**GPU, "profile": profiled(wall=0.15, kernels=100, short=10, kernel_s=0.06, busy=0.4)}
     found = by_kind(diagnose(steps(20, compute=0.097, syncs=1, sync=0.03), host(), context))["sync_stall"]
     assert found.evidence["device_busy"] == pytest.approx(0.6) and found.share == pytest.approx(0.3)
+
+
+def with_sm(samples, sm):
+    return [dataclasses.replace(sample, sm_activity_percent=sm, tensor_activity_percent=sm / 2) for sample in samples]
+
+
+def test_busy_kernels_that_occupy_few_sms_are_an_underfilled_device():
+    # kernels run 95% of every 100 ms step (healthy by the event span) but GPM says 30% of the SMs were active
+    report = diagnose(steps(20, compute=0.095, batch=256), with_sm(host(gpu=100.0), 30.0), GPU)
+    found = by_kind(report)["small_batch"]
+    assert found.share == pytest.approx(0.95 * 0.70)  # busy x idle SM share: 0.665, by hand
+    assert found.severity == "high" and found.confidence == "medium"  # 10 supporting samples
+    assert found.evidence["sm_activity_percent"] == pytest.approx(30.0)
+    assert found.evidence["nvml_utilization_percent"] == pytest.approx(100.0)
+    assert "30% of the SMs" in found.fix
+    assert report.verdict.primary == "small_batch"
+
+
+def test_sm_activity_at_or_above_half_keeps_a_busy_device_healthy():
+    report = diagnose(steps(20, compute=0.095, batch=256), with_sm(host(gpu=100.0), 50.0), GPU)
+    assert "small_batch" not in by_kind(report) and report.verdict.primary == "compute_bound"
+    assert by_kind(report)["compute_bound"].evidence["sm_activity_percent"] == pytest.approx(50.0)
+    # without GPM readings nothing is claimed about SMs
+    report = diagnose(steps(20, compute=0.095, batch=256), host(gpu=100.0), GPU)
+    assert "small_batch" not in by_kind(report)
+    assert by_kind(report)["compute_bound"].evidence["sm_activity_percent"] is None

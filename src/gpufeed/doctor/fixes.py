@@ -112,7 +112,17 @@ def sync_stall(device_type: str) -> tuple[str, str]:
     return fix, snippet
 
 
-def small_batch(batch_size: int) -> tuple[str, str]:
+def small_batch(batch_size: int | None, sm_activity_percent: float | None = None) -> tuple[str, str]:
+    """The fix for an underfilled device: a batch known to be small, or kernels that occupy few SMs (GPM)."""
+    if batch_size is None or sm_activity_percent is not None:
+        seen = f"the kernels kept only {sm_activity_percent:.0f}% of the SMs busy" if sm_activity_percent is not None \
+            else "the device is underfilled"
+        batch = f"a batch of {batch_size}" if batch_size else "the batch"
+        fix = (f"While the GPU ran kernels, {seen}: each kernel is too small to fill the device. Raise {batch} "
+               f"(and the learning rate with it), fuse small operations with torch.compile, or use a smaller GPU.")
+        snippet = ("model = torch.compile(model)  # fuses small kernels into fewer, larger ones\n"
+                   "loader = torch.utils.data.DataLoader(dataset, batch_size=2 * batch_size, ...)")
+        return fix, snippet
     larger = batch_size * 4
     fix = (f"A batch of {batch_size} leaves the device underfilled. Raise the batch (try {batch_size * 2} and "
            f"{larger}) and scale the learning rate with it; if memory is the limit, bf16 autocast halves the "

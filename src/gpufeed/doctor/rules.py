@@ -55,6 +55,10 @@ SMALL_BATCH = 32
 SHORT_CPU_STEP_S = 0.010
 # gpufeed's choice: more loader processes than 8 seldom help one GPU and cost memory (one dataset copy each).
 MAX_SUGGESTED_WORKERS = 8
+# NVIDIA DCGM user guide, profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE, what NVML's GPM SM_UTIL reads):
+# "A value of 0.8 or greater is necessary, but not sufficient, for effective use of the GPU. A value less than
+# 0.5 likely indicates ineffective GPU usage." utilization.gpu reads 100% whenever any kernel runs.
+LOW_SM_ACTIVITY_PERCENT = 50.0
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -137,8 +141,37 @@ def sync_stall(watch: Watch) -> Finding | None:
                    confidence(watch.count(lambda r: r.sync_count > 0)))
 
 
+def gpu_activity(watch: Watch) -> dict:
+    """Means over the host samples: NVML utilization.gpu and, where GPM reads them, SM and tensor activity."""
+    def mean(name: str) -> float | None:
+        values = [getattr(sample, name, None) for sample in watch.samples]
+        values = [value for value in values if value is not None]
+        return statistics.fmean(values) if values else None
+    return {"nvml_utilization_percent": mean("gpu_utilization_percent"),
+            "sm_activity_percent": mean("sm_activity_percent"),
+            "tensor_activity_percent": mean("tensor_activity_percent")}
+
+
+def underfilled(watch: Watch) -> Finding | None:
+    """The device runs kernels most of the time, but they occupy few of its SMs (GPM SM activity below 50%)."""
+    activity = gpu_activity(watch)
+    sm = activity["sm_activity_percent"]
+    busy = watch.busy()
+    if sm is None or busy is None or busy < LOW_DEVICE_BUSY or sm >= LOW_SM_ACTIVITY_PERCENT:
+        return None
+    share = busy * (1.0 - sm / 100.0)  # step time in kernels that left the rest of the SMs idle: an upper bound
+    evidence = {"device_busy": busy, **activity, "batch_size": watch.batch_size, "sm_idle_share_of_busy": 1 - sm / 100}
+    supporting = sum(1 for sample in watch.samples
+                     if getattr(sample, "sm_activity_percent", None) is not None
+                     and sample.sm_activity_percent < LOW_SM_ACTIVITY_PERCENT)
+    return finding("small_batch", severity(share), share, evidence, fixes.small_batch(watch.batch_size, sm),
+                   confidence(supporting))
+
+
 def small_batch(watch: Watch) -> Finding | None:
     batch = watch.batch_size
+    if watch.on_gpu and (found := underfilled(watch)) is not None:
+        return found
     if batch is None or batch >= SMALL_BATCH:
         return None
     totals = watch.totals
@@ -221,6 +254,8 @@ def compute_bound(watch: Watch, others: list[Finding]) -> Finding | None:
             return None
         share = 1.0 - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s)
     evidence = {"device_busy": busy, "data_wait_share": wait_share, "compute_share": share}
+    if watch.on_gpu:
+        evidence.update(gpu_activity(watch))
     supporting = watch.count(lambda r: r.data_wait_s < INPUT_SHARE_MEDIUM * r.wall_s)
     return finding("compute_bound", "info", share, evidence, fixes.compute_bound(watch.device_type),
                    confidence(supporting))
