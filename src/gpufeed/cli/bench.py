@@ -11,6 +11,7 @@ from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths,
 EXAMPLES = """examples:
   gpufeed bench --quick                         # under a minute on a CPU-only laptop
   gpufeed bench --device cuda:0 --precision bf16,fp16 --json bench.json
+  gpufeed bench --quick --html bench.html        # a page: TFLOP/s against size, where the GPU overtakes the CPU
   gpufeed bench                                 # the full sweep: a few minutes
 
 Matrix products count a multiply-add as 2 FLOPs. Peaks are dense (not sparse) rates: the CPU's from its cores,

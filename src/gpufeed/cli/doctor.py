@@ -16,6 +16,7 @@ EXAMPLES = """examples:
   gpufeed doctor --steps 100 --json report.json train.py
   gpufeed doctor -m mypackage.train --config small.yaml
   gpufeed doctor --try train.py                      # also measure what the leading fixes gain
+  gpufeed doctor --html report.html train.py         # a page: the step timeline, host readings, findings
   gpufeed doctor --try --repeats 1 train.py          # one pair of runs per experiment: quicker, noisier
 
 The script runs in this process as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would: its argv, sys.path[0],

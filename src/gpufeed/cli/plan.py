@@ -13,6 +13,7 @@ EXAMPLES = """examples:
   gpufeed plan --model resnet18 --input 3x224x224 --classes 1000 --batch-size 256 --dataset-size 1281167 --epochs 90
   gpufeed plan --model cnn --data train.gpuf --epochs 20 --gpus 4 --target-hours 1
   gpufeed plan --model mymodels.py:make_net --input 3x64x64 --optimizer sgd --precision fp32 --json plan.json
+  gpufeed plan --model resnet18 --html plan.html  # a page: memory parts against each GPU, time and cost
 
 Memory is traced from one real training step on fake tensors (nothing is allocated); FLOPs from
 torch.utils.flop_counter; times use each GPU's dense peak from hardware/gpus.json times a model-FLOPs

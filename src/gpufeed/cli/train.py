@@ -16,6 +16,7 @@ from gpufeed.train.events import RunStarted, StepLog, TrainResult
 EXAMPLES = """examples:
   gpufeed train                                   # the CNN on the built-in dataset, on the best device here
   gpufeed train --model mlp --hidden 1024,512,256 --epochs 3
+  gpufeed train --json run.json --html run.html   # the summary as JSON and a page with the step timeline
   gpufeed pack photos/ train.gpuf --size 64 64 && gpufeed train --data train.gpuf --val-fraction 0.1
   gpufeed train --out runs/a --checkpoint-every 200 ; gpufeed train --out runs/a --resume
   torchrun --nproc_per_node 4 -m gpufeed train --data train.gpuf --batch-size 256     # 4 GPUs, DDP
