@@ -165,3 +165,47 @@ def test_html_into_a_missing_folder_fails_before_the_work(capsys: pytest.Capture
     assert main([command, "--html", str(target), *words]) == 2
     err = one_error_line(capsys)
     assert f"--html {target}" in err and "does not exist" in err
+
+
+@pytest.mark.parametrize("said, body", [("train", "doctor"), ("doctor", "train"), ("bench", "plan"), ("plan", "bench")])
+def test_about_command_that_does_not_match_the_body(capsys: pytest.CaptureFixture[str], tmp_path: Path, said: str,
+                                                    body: str) -> None:
+    """A doctor result whose about.command says train: one line naming both, not 'lacks the key model'."""
+    document = fixture(body)
+    document["about"]["command"] = said
+    source = write_json(tmp_path / "relabelled.json", document)
+    assert main(["report", str(source)]) == 2
+    err = one_error_line(capsys)
+    assert f"says `gpufeed {said}` wrote it" in err and f"its body is a {body} result" in err
+    assert not source.with_suffix(".html").exists()
+
+
+def test_page_onto_its_own_document_is_refused(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`--html RUN.json` (or a document saved as RUN.html, whose default page is itself) overwrote the document."""
+    for name, flags in (("RUN.json", ["--html", "RUN.json"]), ("RUN.html", []), ("RUN.json", ["--json", "RUN.json"])):
+        source = tmp_path / name
+        shutil.copy(FIXTURES / "plan.json", source)
+        words = [str(tmp_path / word) if word.startswith("RUN") else word for word in flags]
+        assert main(["report", str(source), *words]) == 2
+        assert "would destroy it" in one_error_line(capsys)
+        assert source.read_bytes() == (FIXTURES / "plan.json").read_bytes()
+
+
+def test_html_naming_a_folder_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Before: IsADirectoryError from the atomic rename, after the page (or a whole training run) was made."""
+    assert main(["report", str(FIXTURES / "plan.json"), "--html", str(tmp_path)]) == 2
+    assert "it is a folder" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("command, words, work", [
+    ("train", ["--epochs", "1"], "gpufeed.train.loop.train"),
+    ("plan", ["--model", "mlp"], "gpufeed.plan.run.make_plan"),
+])
+def test_json_and_html_on_one_file_fail_before_the_work(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch, command: str,
+                                                        words: list[str], work: str) -> None:
+    monkeypatch.setattr(work, _refuse_work)
+    target = tmp_path / "run.json"
+    assert main([command, "--json", str(target), "--html", str(target), *words]) == 2
+    assert "name the same file" in one_error_line(capsys)
+    assert not target.exists()

@@ -160,3 +160,36 @@ def test_a_broken_page_is_caught(browser, tmp_path: Path) -> None:
     assert "request outside the page: http://gpufeed.invalid/logo.png" in found
     assert "chart 1 is 40 x 40 px" in found and not any(line.startswith("chart 2") for line in found)
     assert problems(seen, CONTROL_PAGE + '<figure class="chart"') == found + ["2 charts drawn, 3 in the file"]
+
+
+def test_long_lines_and_tall_charts_fit_the_screen_and_the_paper(browser, tmp_path: Path) -> None:
+    """A long script path in the command and a long traceback line stay inside the page; printed, a heading keeps
+    with what follows, a chart is not split, no chart is taller than a sheet, and code wraps instead of being cut."""
+    document = load_document(FIXTURES / "doctor.json")
+    long_path = "/data/" + "very_long_folder_name/" * 25 + "train.py"
+    document["about"]["argv"] = ["gpufeed", "doctor", long_path]
+    document["script_error"] = f"FileNotFoundError: {long_path} not found"
+    plan = load_document(FIXTURES / "plan.json")
+    plan["gpus"] = plan["gpus"] * 3  # a tall chart: one row per GPU
+    pages = {"doctor": render(document), "plan": render(plan)}
+    context = browser.new_context(viewport=VIEWPORT)
+    try:
+        for name, text in pages.items():
+            path = tmp_path / f"{name}.html"
+            path.write_text(text, encoding="utf-8")
+            page = context.new_page()
+            page.goto(path.as_uri(), wait_until="load")
+            assert page.evaluate("document.documentElement.scrollWidth") <= VIEWPORT["width"]  # no sideways scroll
+            page.emulate_media(media="print")
+            assert page.evaluate("""() => [...document.querySelectorAll('pre')]
+                                   .filter(pre => pre.scrollWidth > pre.clientWidth + 1).length""") == 0
+            styles = page.evaluate("""() => ({
+                headings: [...document.querySelectorAll('h2')].map(h => getComputedStyle(h).breakAfter),
+                charts: [...document.querySelectorAll('figure.chart')].map(f => getComputedStyle(f).breakInside),
+                heights: [...document.querySelectorAll('figure.chart svg')].map(s => s.getBoundingClientRect().height),
+            })""")
+            assert set(styles["headings"]) == {"avoid"} and set(styles["charts"]) == {"avoid"}
+            assert max(styles["heights"]) <= 20 / 2.54 * 96 + 1, name  # 20 cm at 96 CSS px per inch
+            page.close()
+    finally:
+        context.close()

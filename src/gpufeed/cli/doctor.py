@@ -161,7 +161,7 @@ def run(args) -> int:
         raise GpufeedError("give the training script: gpufeed doctor SCRIPT [ARGS...] (or -m MODULE [ARGS...])")
     target, script_args = args.command[0], args.command[1:]
     check_target(target, args.module)
-    check_output_paths(args)
+    check_output_paths(args, inputs=() if args.module else (target,))
     if args.json == "-":
         error_console.print("warning: --json - mixes the report with the script's own standard output")
     error_console.print(f"gpufeed doctor: running {'-m ' if args.module else ''}{target}; watching {args.steps} "

@@ -44,15 +44,35 @@ def add_html_flag(parser) -> None:
                         help="also write a self-contained HTML page with charts to PATH (opens from disk)")
 
 
-def check_output_paths(args) -> None:
-    """Fail before the work when --json or --html names a file in a folder that does not exist."""
+def check_output_paths(args, inputs: tuple[str | Path, ...] = ()) -> None:
+    """Fail before the work when --json or --html names a file in a folder that does not exist, a folder, one of
+    the command's `inputs`, or the same file as the other flag (the page would overwrite the document)."""
+    chosen = {}
     for flag in ("json", "html"):
         path = getattr(args, flag, None)
-        if path not in (None, "-") and not Path(path).parent.exists():
+        if path in (None, "-"):
+            continue
+        if not Path(path).parent.exists():
             raise GpufeedError(f"cannot write --{flag} {path}: folder {Path(path).parent} does not exist; "
                                f"create it first")
+        if Path(path).is_dir():
+            raise GpufeedError(f"cannot write --{flag} {path}: it is a folder; give a file name, such as "
+                               f"{Path(path) / ('run.' + flag)}")
+        for source in inputs:
+            if _same_file(path, source):
+                raise GpufeedError(f"--{flag} {path} is the command's input {source}: writing it would destroy it; "
+                                   f"give another file name")
+        chosen[flag] = path
+    if len(chosen) == 2 and _same_file(chosen["json"], chosen["html"]):
+        raise GpufeedError(f"--json and --html name the same file ({chosen['html']}): the page would overwrite the "
+                           f"document; give each its own name")
     if getattr(args, "html", None) == "-":
         raise GpufeedError("--html needs a file name (the page does not go to standard output)")
+
+
+def _same_file(first: str | Path, second: str | Path) -> bool:
+    """Whether two paths name one file (existing or not)."""
+    return Path(first).resolve() == Path(second).resolve()
 
 
 def emit_document(result: Any, command: str, args, machine: dict | None = None) -> dict | None:

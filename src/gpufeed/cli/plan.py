@@ -111,7 +111,7 @@ def run(args) -> int:
 
     if args.gpus is not None and args.gpus <= 0:
         raise ConfigError(f"--gpus must be positive, got {args.gpus}")
-    check_output_paths(args)
+    check_output_paths(args, inputs=(args.data,) if args.data else ())
     plan = make_plan(_request(args))
     document = plan_json(plan)
     if args.check:

@@ -32,15 +32,16 @@ def run(args) -> int:
     from gpufeed.report.document import load_document, render
     from gpufeed.report.html import write_html
 
-    check_output_paths(args)
-    document = load_document(args.document)
     target = Path(args.html) if args.html else Path(args.document).with_suffix(".html")
+    args.html = str(target)  # the default page is checked like a chosen one: not the document, not a folder
+    check_output_paths(args, inputs=(args.document,))
+    document = load_document(args.document)
     page = render(document)
     write_html(target, page)
-    about = document["about"]
+    about, size = document["about"], len(page.encode("utf-8"))
     if args.json != "-":
         console.print(f"page: {target} ({about['command']} of {about.get('created', 'an unknown date')}, "
-                      f"{len(page) / 1024:,.0f} KiB)")
-    emit_json({"page": str(target), "command": about["command"], "created": about.get("created"),
-               "bytes": len(page.encode("utf-8"))}, args.json)
+                      f"{size / 1024:,.0f} KiB)")
+    emit_json({"page": str(target), "command": about["command"], "created": about.get("created"), "bytes": size},
+              args.json)
     return 0

@@ -138,7 +138,7 @@ def _summary(result: TrainResult) -> None:
 def run(args) -> int:
     from gpufeed.train.loop import train  # torch and the models load only when training
 
-    check_output_paths(args)
+    check_output_paths(args, inputs=tuple(path for path in (args.data, args.validation) if path and path != "builtin"))
     ignored = ("handler", "command", "json", "html", "argv")
     options = {key: value for key, value in vars(args).items() if key not in ignored}
     if options["workers"] is not None and options["workers"] < 1:

@@ -7,7 +7,7 @@ fp32, the host-device link against its theoretical rate, the short trainings per
 
 from __future__ import annotations
 
-from gpufeed.report.html import Page, factor, new_figure, number, percent, plain_log_ticks
+from gpufeed.report.html import Page, chart_text, factor, new_figure, number, percent, plain_log_ticks
 
 # One colour per precision on every chart; one line style per device (the CPU dashed, GPUs solid).
 PRECISION_COLOURS = {"fp64": "#1f77b4", "fp32": "#2ca02c", "tf32": "#17becf", "bf16": "#ff7f0e", "fp16": "#d62728"}
@@ -41,6 +41,11 @@ def bench_page(document: dict) -> Page:
 def matrix_size(size: str) -> int:
     """'512 x 512 x 512' -> 512 (the sweep multiplies square matrices)."""
     return int(size.split("x")[0])
+
+
+def fixed(value: float | None, digits: int) -> str:
+    """A number with `digits` decimals; n/a when not finite (a loss that diverged in fp16 is saved as null)."""
+    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 def milliseconds(seconds: float) -> str:
@@ -84,7 +89,7 @@ def _size_chart(series: dict, ylabel: str, log_y: bool):
             devices.index(item[0][0]), order.index(item[0][1]) if item[0][1] in order else len(order))):
         axes.plot(list(points), list(points.values()), marker="o", markersize=4,
                   color=PRECISION_COLOURS.get(precision, "#555555"), linestyle=_style(device, devices),
-                  label=f"{device} {precision}")
+                  label=chart_text(f"{device} {precision}"))
     axes.set_xscale("log", base=2)
     axes.set_xticks(sizes, [str(size) for size in sizes])
     axes.minorticks_off()
@@ -102,7 +107,11 @@ def _matmul_section(page: Page, matmuls: list[dict]) -> None:
     if not matmuls:
         page.paragraph("No matrix product was measured (see Not measured).")
         return
-    series = _series(matmuls, lambda row: row["tflops"])
+    series = _series(matmuls, lambda row: row["tflops"] if row["tflops"] > 0 else None)  # zero: no time measured
+    if not series:
+        page.paragraph("No matrix product has a positive TFLOP/s to draw on a log scale; the table lists them.")
+        _kernel_table(page, matmuls, "Every matrix product measured (n³: n x n times n x n)")
+        return
     figure, axes = _size_chart(series, "TFLOP/s (log scale)", log_y=True)
     marked = []
     for (device, precision), points in sorted(series.items()):
@@ -112,7 +121,7 @@ def _matmul_section(page: Page, matmuls: list[dict]) -> None:
             value = points[size]
             axes.plot([size], [value], marker="*", markersize=15, color=PRECISION_COLOURS.get(precision, "#555555"),
                       markeredgecolor="black", linestyle="none")
-            axes.annotate(f"{precision}: n={size}", (size, value), textcoords="offset points",
+            axes.annotate(chart_text(f"{precision}: n={size}"), (size, value), textcoords="offset points",
                           xytext=(8, -12 - 11 * len(marked)), fontsize=8)
             marked.append(f"{device} overtakes the CPU in {precision} at n = {size}")
     if marked:  # a neutral star for the legend: each star has its precision's colour
@@ -173,7 +182,7 @@ def _train_section(page: Page, steps: list[dict]) -> None:
                    key=lambda s: (s["model"], s["batch_size"], s["device"] != "cpu", s["device"], s["precision"]))
     if shown:
         figure, axes = new_figure(8.0, 0.8 + 0.26 * len(shown))
-        labels = [f"{s['model']}, batch {s['batch_size']}, {s['device']} {s['precision']}" for s in shown]
+        labels = [chart_text(f"{s['model']}, batch {s['batch_size']}, {s['device']} {s['precision']}") for s in shown]
         values = [s["speedup_vs_cpu_fp32"] for s in shown]
         axes.barh(range(len(shown)), values, color=[PRECISION_COLOURS.get(s["precision"], "#555") for s in shown])
         axes.set_yticks(range(len(shown)), labels, fontsize=8)
@@ -241,8 +250,9 @@ def _precision_section(page: Page, runs: list[dict]) -> None:
         return
     base = {run["device"]: run["seconds"] for run in runs if run["precision"] == "fp32"}
     page.table(["precision", "device", "test accuracy", "test loss", "seconds", "vs fp32 time", "steps"],
-               [(run["precision"], run["device"], percent(run["test_accuracy"], 1), f"{run['test_loss']:.4f}",
-                 f"{run['seconds']:.2f}", factor(run["seconds"] / base[run["device"]] if run["device"] in base
-                                                 else None), run["steps"]) for run in runs],
+               [(run["precision"], run["device"], percent(run["test_accuracy"], 1), fixed(run["test_loss"], 4),
+                 fixed(run["seconds"], 2), factor(run["seconds"] / base[run["device"]]
+                                                  if run["seconds"] and base.get(run["device"]) else None),
+                 run["steps"]) for run in runs],
                caption="The same short `gpufeed train` run in each precision: the CNN on the built-in data, same "
                        "seed and steps")

@@ -9,7 +9,7 @@ import math
 import numpy
 from matplotlib.ticker import FuncFormatter
 
-from gpufeed.report.html import PART_COLOURS, Page, factor, new_figure, number, percent, stacked_bars
+from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, percent, stacked_bars
 
 MEANINGS = {"input_bound": "the step waits for the next batch (the loader is too slow)",
             "cpu_saturated": "the host's cores are all busy",
@@ -27,6 +27,9 @@ LABELS = {"data wait": "data wait (blocked on the next batch)", "host-to-device"
           "compute": "compute (device time, CUDA events)", "stalls": "stalls (host waiting on the device)",
           "other host": "other host work (the rest of the step)"}
 CPU_REST = "compute and other host work (not separated on the CPU)"
+MAX_BARS = 200  # more watched steps than this are drawn in groups of consecutive steps (`--steps` has no limit)
+MAX_POINTS = 500  # more host readings than this are drawn as the means of consecutive readings
+MARKED_POINTS = 150  # up to this many points per line, each reading is marked with a dot
 # host readings: (panel, key, label, divisor, colour); optional keys are drawn when the document has them
 SERIES = (("percent", "cpu_percent", "CPU, all cores", 1, "#1f77b4"),
           ("percent", "gpu_utilization_percent", "GPU utilization (NVML)", 1, "#2ca02c"),
@@ -134,28 +137,67 @@ def step_parts(steps: list[dict]) -> dict[str, list[float]]:
     return parts
 
 
-def _step_timeline(page: Page, steps: list[dict]) -> None:
+def groups(count: int, limit: int) -> list[range]:
+    """Consecutive index ranges of equal length (the last may be shorter), at most `limit` of them."""
+    size = max(1, math.ceil(count / limit))
+    return [range(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def _mean(values: list[float], indices: range) -> float:
+    return sum(values[index] for index in indices) / len(indices)
+
+
+def step_bars(steps: list[dict], limit: int = MAX_BARS) -> list[dict]:
+    """The watched steps as bars: first step index, steps covered, each part's mean milliseconds per step (from
+    `step_parts`), the mean wall time and the slowest step (index and milliseconds); consecutive steps are merged
+    in equal groups when there are more than `limit`."""
     parts = step_parts(steps)
-    measured = "compute" in parts
-    shown = {name: [value * 1000 for value in values] for name, values in parts.items() if any(values)}
-    left_out = [name for name in parts if name not in shown]
+    walls = [step["wall_s"] for step in steps]
+    bars = []
+    for group in groups(len(steps), limit):
+        slowest = max(group, key=lambda index: walls[index])
+        bars.append({"first_step": steps[group[0]]["index"], "steps": len(group),
+                     "parts": {name: _mean(values, group) * 1000 for name, values in parts.items()},
+                     "wall_ms": _mean(walls, group) * 1000, "slowest_step": steps[slowest]["index"],
+                     "slowest_ms": walls[slowest] * 1000})
+    return bars
+
+
+def _step_timeline(page: Page, steps: list[dict]) -> None:
+    bars = step_bars(steps)
+    measured = "compute" in bars[0]["parts"]
+    grouped = bars[0]["steps"] > 1
+    shown = {name: [bar["parts"][name] for bar in bars] for name in bars[0]["parts"]
+             if any(bar["parts"][name] for bar in bars)}
+    left_out = [name for name in bars[0]["parts"] if name not in shown]
     labels = dict(LABELS) if measured else {**LABELS, "other host": CPU_REST}
     figure, axes = new_figure(8.0, 3.4)
-    positions = [step["index"] for step in steps]
-    tops = stacked_bars(axes, positions, shown, labels)
-    walls = [step["wall_s"] * 1000 for step in steps]
+    positions = [bar["first_step"] for bar in bars]
+    if grouped:  # a bar per group over the steps it covers, its height the group's mean step
+        tops = stacked_bars(axes, positions, shown, labels, widths=[bar["steps"] for bar in bars], align="edge")
+        starts, ends = positions, [bar["first_step"] + bar["steps"] for bar in bars]
+    else:
+        tops = stacked_bars(axes, positions, shown, labels)
+        starts, ends = [x - 0.4 for x in positions], [x + 0.4 for x in positions]
+    walls = [bar["wall_ms"] for bar in bars]
     overlap = any(top > wall * 1.001 for top, wall in zip(tops, walls, strict=True))
     if overlap:
-        axes.hlines(walls, [x - 0.4 for x in positions], [x + 0.4 for x in positions], colors="black",
-                    linewidth=1.2, label="step wall time")
+        axes.hlines(walls, starts, ends, colors="black", linewidth=1.2,
+                    label="mean step wall time" if grouped else "step wall time")
+    if grouped:  # a mean hides a periodic stall: mark the slowest step of each group
+        axes.plot([bar["slowest_step"] for bar in bars], [bar["slowest_ms"] for bar in bars], linestyle="none",
+                  marker="_", markersize=7, markeredgewidth=1.5, color="black", label="slowest step of the group")
     axes.set_xlabel("watched step")
-    axes.set_ylabel("milliseconds")
+    axes.set_ylabel("milliseconds per step" if grouped else "milliseconds")
     figure.legend(loc="outside lower center", ncols=3, frameon=False, fontsize="small")
-    notes = ["Each bar is one watched step; its height is the step's time in milliseconds, by part."]
+    notes = [f"Each bar is the mean of {bars[0]['steps']} consecutive watched steps ({len(steps):,} steps in "
+             f"{len(bars)} bars), drawn over the steps it covers; its height is the mean step time in milliseconds, "
+             "by part, and the black dash above it the slowest step of the group." if grouped else
+             "Each bar is one watched step; its height is the step's time in milliseconds, by part."]
     if measured:
         notes.append("Compute is device time (CUDA events) and can overlap host work"
-                     + ("; where the parts add up to more than the step, the black tick marks its wall time."
-                        if overlap else "."))
+                     + (f"; where the parts add up to more than the {'mean ' if grouped else ''}step, the black "
+                        f"{'line' if grouped else 'tick'} marks its wall time." if overlap else "."))
     else:
         notes.append("Without a device-time measure (on the CPU) compute is inside the rest of the host's time.")
     if left_out:
@@ -171,15 +213,18 @@ def _host_samples(page: Page, samples: list[dict]) -> None:
         return
     figure, grid = new_figure(8.0, 1.2 + 1.6 * len(panels), len(panels), 1)
     rows = dict(zip(panels, numpy.atleast_1d(grid).ravel(), strict=True))
-    times = [sample["time_s"] for sample in samples]
+    points = groups(len(samples), MAX_POINTS)
+    times = [_mean([sample["time_s"] for sample in samples], group) for group in points]
     for panel, key, label, divisor, colour in present:
-        values = [math.nan if sample.get(key) is None else sample[key] / divisor for sample in samples]
+        values = [_mean_reading([samples[index].get(key) for index in group]) / divisor for group in points]
         total = key.endswith("total_bytes")  # a capacity: a dashed line without markers
         rows[panel].plot(times, values, color=colour, label=label, linewidth=1 if total else 1.5,
-                         linestyle="--" if total else "-", marker=None if total else ".")
+                         linestyle="--" if total else "-", marker="." if len(points) <= MARKED_POINTS and not total
+                         else None)
     cores = [sample.get("cpu_per_core_percent") or [] for sample in samples]
     if "percent" in rows and all(cores):
-        rows["percent"].fill_between(times, [min(each) for each in cores], [max(each) for each in cores],
+        rows["percent"].fill_between(times, [_mean([min(each) for each in cores], group) for group in points],
+                                     [_mean([max(each) for each in cores], group) for group in points],
                                      color=SERIES[0][4], alpha=0.15, label="idlest to busiest core")
     for panel, axes in rows.items():
         axes.set_ylabel(panel)
@@ -187,9 +232,17 @@ def _host_samples(page: Page, samples: list[dict]) -> None:
         axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
     rows[panels[-1]].set_xlabel("seconds since the watch began")
     page.heading("Host readings")
+    averaged = (f" With {len(samples):,} readings, each point is the mean of {len(points[0])} consecutive ones "
+                f"({len(points)} points)." if len(points[0]) > 1 else "")
     page.chart(figure, "Readings taken about every 0.1 s while the script ran: utilization in percent (the band "
                        "spans the idlest to the busiest core)" + (", memory in GiB" if "GiB" in rows else "")
-               + (", disk reads in MiB/s" if "MiB/s" in rows else "") + ".")
+               + (", disk reads in MiB/s" if "MiB/s" in rows else "") + "." + averaged)
+
+
+def _mean_reading(values: list[float | None]) -> float:
+    """The mean of the readings taken (NaN, a gap in the line, when none was)."""
+    taken = [value for value in values if value is not None]
+    return sum(taken) / len(taken) if taken else math.nan
 
 
 def _findings(page: Page, findings: list[dict]) -> None:
@@ -226,12 +279,12 @@ def _gains(page: Page, verified: list[dict]) -> None:
     for row, value in zip(rows, values, strict=True):
         axes.annotate(factor(value), (value, row), xytext=(4, 0), textcoords="offset points", va="center")
     axes.axvline(1.0, color="black", linestyle="--", linewidth=1, label="1× (no change)")
-    wide = max(values + [1.0]) / min(values + [1.0]) > 10
+    wide = min(values) > 0 and max(values + [1.0]) / min(values + [1.0]) > 10  # a log axis needs positive values
     if wide:
         axes.set_xscale("log")
         axes.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axes.set_xlim(min(values + [1.0]) * (0.8 if wide else 0), max(values) * (2.0 if wide else 1.15))
-    axes.set_yticks(rows, [finding["kind"] for finding in verified])
+    axes.set_xlim(min(values + [1.0]) * (0.8 if wide else 0), max(values + [1.0]) * (2.0 if wide else 1.15))
+    axes.set_yticks(rows, [chart_text(finding["kind"]) for finding in verified])
     axes.invert_yaxis()
     axes.set_xlabel("speed-up (samples/s with the change ÷ without)" + (", log scale" if wide else ""))
     axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)

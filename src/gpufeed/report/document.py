@@ -20,6 +20,9 @@ from gpufeed.errors import ConfigError
 
 FORMAT = 1  # raised when a page can no longer read an older document
 PAGE_COMMANDS = ("train", "doctor", "bench", "plan")
+# Keys only that command's body has: a body without them was written by another command (or edited).
+BODY_KEYS = {"train": ("model", "config", "samples_per_s"), "doctor": ("verdict", "findings"),
+             "bench": ("settings", "kernels"), "plan": ("request", "memory", "gpus")}
 
 
 def about(command: str, argv: list[str] | None = None, machine: dict | None = None) -> dict:
@@ -59,7 +62,8 @@ def load_document(path: str | Path) -> dict:
     if not source.is_file():
         raise ConfigError(f"{path}: no such file; give the JSON that `gpufeed train|doctor|bench|plan --json` wrote")
     try:
-        document = json.loads(source.read_text(encoding="utf-8"))
+        # NaN and infinities (Python's json writes them) read as null, as the commands write them
+        document = json.loads(source.read_text(encoding="utf-8"), parse_constant=lambda _name: None)
     except UnicodeDecodeError:
         raise ConfigError(f"{path} is not a text file; give the JSON that a gpufeed command wrote") from None
     except json.JSONDecodeError as error:
@@ -80,6 +84,12 @@ def check_document(document: object, name: str = "the document") -> dict:
     if version != FORMAT:
         raise ConfigError(f"{name} is report format {version!r} (gpufeed {block.get('gpufeed', '?')}); this gpufeed "
                           f"reads format {FORMAT}: use the gpufeed version that wrote it, or run the command again")
+    if not all(key in document for key in BODY_KEYS[command]):
+        like = [other for other, keys in BODY_KEYS.items() if other != command and all(key in document for key in keys)]
+        looks = f"; its body is a {like[0]} result" if like else ""
+        raise ConfigError(f"{name} says `gpufeed {command}` wrote it, but it lacks a {command} result's keys "
+                          f"({', '.join(key for key in BODY_KEYS[command] if key not in document)}){looks}: was its "
+                          f"about.command edited? write it again with `gpufeed {command} --json`")
     return document
 
 
@@ -94,9 +104,12 @@ def render(document: dict) -> str:
         from gpufeed.report.bench_page import bench_page as build
     else:
         from gpufeed.report.plan_page import plan_page as build
+    from gpufeed.report.html import chart_style
+
     try:
-        return build(document).render()
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as error:  # edited by hand, or damaged
+        with chart_style():
+            return build(document).render()
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as error:  # edited, damaged
         what = f"lacks the key {error}" if isinstance(error, KeyError) else f"has a value of the wrong kind ({error})"
         raise ConfigError(f"the {command} document {what}: was it edited or damaged? write it again with "
                           f"`gpufeed {command} --json`") from None

@@ -8,10 +8,12 @@ file). The page states its conditions (the document's `about` block) at the top 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import io
+import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,14 +40,38 @@ figure.chart { margin: 1rem 0; } figure.chart svg { width: 100%; height: auto; m
 figcaption { font-size: .85rem; color: #555; }
 pre { background: #f6f6f6; padding: .5rem; overflow-x: auto; font-size: .85rem; }
 .conditions { font-size: .85rem; color: #444; background: #fafafa; border: 1px solid #eee; padding: .5rem 1rem; }
+.conditions td { overflow-wrap: anywhere; }
 .lead { font-size: 1.1rem; }
 .sev-high { color: #b00; font-weight: bold; } .sev-medium { color: #b60; } .sev-low, .sev-info { color: #555; }
-@media print { body { max-width: none; margin: 0; } figure.chart, table, pre { break-inside: avoid; } }
+@media print {
+  body { max-width: none; margin: 0; }
+  h2, h3 { break-after: avoid; } p + figure.chart { break-before: avoid; }
+  figure.chart, table, tr, pre, .conditions { break-inside: avoid; }
+  figure.chart svg { max-height: 20cm; }
+  thead { display: table-header-group; }
+  pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+}
 """
 
 
 def escape(value: object) -> str:
     return html.escape(str(value), quote=True)
+
+
+def chart_text(value: object) -> str:
+    """A string from the document as literal chart text: matplotlib reads text between two `$` as mathtext (a model
+    `m$1$` would lose its dollars and turn italic), and `\\$` is its escape for a literal dollar sign."""
+    return str(value).replace("$", r"\$")
+
+
+@contextlib.contextmanager
+def chart_style() -> Iterator[None]:
+    """Matplotlib's own defaults while a page is drawn, whatever the user's matplotlibrc or the process set: the page
+    is a function of the document alone (and `text.usetex` would need LaTeX and read `&` or `%` in labels as TeX)."""
+    with matplotlib.rc_context():
+        matplotlib.rcdefaults()
+        matplotlib.rcParams.update({"text.usetex": False, "svg.fonttype": "none"})
+        yield
 
 
 def figure_svg(figure: Figure, prefix: str) -> str:
@@ -79,6 +105,8 @@ def number(value: object, digits: int = 3) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
+        if math.isnan(value):
+            return "n/a"
         if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
             return f"{value:.{digits}g}"
         return f"{value:,.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
@@ -153,30 +181,59 @@ class Page:
 
 
 def conditions_block(about: dict) -> str:
-    """Machine, versions, date and the exact command, from the document's `about` block."""
-    machine = about.get("machine") or {}
-    software = machine.get("software") or {}
-    rows = [("command", " ".join(about.get("argv") or []) or "n/a"),
-            ("date", about.get("created", "n/a")),
-            ("gpufeed", about.get("gpufeed", "n/a"))]
-    cpu = machine.get("cpu") or {}
+    """Machine, versions, date and the exact command, from the document's `about` block. A reading the probe could
+    not take is a {"reason": ...} dict (a whole section, or one field); it shows as n/a with its reason."""
+    machine = _section(about.get("machine"))
+    software = _section(machine.get("software"))
+    argv = about.get("argv")
+    rows = [("command", " ".join(str(word) for word in argv) if isinstance(argv, list) else number(argv) if argv
+             else "n/a"),
+            ("date", number(about.get("created", "n/a"))),
+            ("gpufeed", number(about.get("gpufeed", "n/a")))]
+    if _reason(about.get("machine")):
+        rows.append(("machine", number(about["machine"])))
+    cpu = machine.get("cpu")
     if cpu:
-        rows.append(("CPU", f"{cpu.get('model', 'n/a')}, {cpu.get('usable_cores', 'n/a')} usable cores"))
-    memory = machine.get("memory") or {}
-    if memory.get("total_bytes"):
-        rows.append(("RAM", gibibytes(memory["total_bytes"])))
-    accelerators = machine.get("accelerators") or []
-    rows.append(("accelerators", "; ".join(_accelerator(item) for item in accelerators) or "none"))
+        rows.append(("CPU", number(cpu) if _reason(cpu) else
+                     f"{number(cpu.get('model', 'n/a'))}, {number(cpu.get('usable_cores'))} usable cores"))
+    memory = machine.get("memory")
+    if memory:
+        total = _section(memory).get("total_bytes", memory)
+        rows.append(("RAM", gibibytes(total) if isinstance(total, (int, float)) else number(total)))
+    rows.append(("accelerators", _accelerators(machine)))
     versions = [f"{name} {number(software[name])}" for name in ("python", "torch", "numpy", "cuda_runtime", "cudnn")
                 if name in software and not isinstance(software[name], dict)]
-    rows.append(("versions", ", ".join(versions) or "n/a"))
+    not_read = _reason(machine.get("software"))
+    rows.append(("versions", ", ".join(versions) or (f"n/a ({not_read})" if not_read else "n/a")))
     if software.get("os"):
-        rows.append(("system", software["os"]))
+        rows.append(("system", number(software["os"])))
     items = "".join(f"<tr><th>{escape(key)}</th><td>{escape(value)}</td></tr>" for key, value in rows)
     return f'<section class="conditions"><table>{items}</table></section>'
 
 
-def _accelerator(item: dict) -> str:
+def _reason(value: object) -> str | None:
+    return str(value["reason"]) if isinstance(value, dict) and "reason" in value else None
+
+
+def _section(value: object) -> dict:
+    """A part of the machine block as a dict of readings; {} when absent or not read (a reason)."""
+    return value if isinstance(value, dict) and not _reason(value) else {}
+
+
+def _accelerators(machine: dict) -> str:
+    found = machine.get("accelerators")
+    if _reason(found):
+        return f"n/a ({_reason(found)})"
+    if found:
+        return "; ".join(_accelerator(item) for item in found)
+    why = [line.split(": ", 1)[1] for line in machine.get("unmeasured") or []
+           if isinstance(line, str) and line.startswith("accelerators") and ": " in line]
+    return f"none ({'; '.join(why)})" if why else "none" if "accelerators" in machine else "n/a"
+
+
+def _accelerator(item: object) -> str:
+    if not isinstance(item, dict) or _reason(item):
+        return number(item)
     memory = item.get("memory_bytes")
     driver = item.get("driver_version")
     text = f"{number(item.get('name'))} ({gibibytes(memory) if isinstance(memory, int) else 'memory n/a'}"

@@ -8,7 +8,7 @@ measured.
 
 from __future__ import annotations
 
-from gpufeed.report.html import Page, gibibytes, mebibytes, new_figure, number, percent, plain_log_ticks
+from gpufeed.report.html import Page, chart_text, gibibytes, mebibytes, new_figure, number, percent, plain_log_ticks
 
 MEMORY_PARTS = (("weights", "weights_bytes", "#1f77b4"), ("gradients", "gradients_bytes", "#ff7f0e"),
                 ("optimizer state", "optimizer_bytes", "#9467bd"), ("activations", "activations_bytes", "#2ca02c"),
@@ -89,7 +89,7 @@ def _fit_chart(page: Page, document: dict) -> None:
     axes.axvline(peak / 2**30, color="black", linestyle="--", linewidth=1.2)
     axes.annotate(f"need {gibibytes(peak)}", (peak / 2**30, -0.6), textcoords="offset points", xytext=(3, 0),
                   fontsize=8, va="bottom", annotation_clip=False)
-    axes.set_yticks(range(len(gpus)), [gpu["name"] for gpu in gpus], fontsize=8)
+    axes.set_yticks(range(len(gpus)), [chart_text(gpu["name"]) for gpu in gpus], fontsize=8)
     axes.set_ylim(len(gpus) - 0.5, -1.2)
     axes.set_xlim(0, max(capacities + [peak / 2**30]) * 1.3)
     axes.set_xlabel("GiB per card (2^30 bytes)")
@@ -108,7 +108,7 @@ def _gpu_section(page: Page, document: dict) -> None:
     _dot_panel(panels[0], gpus, "hours", "hours", errors=True)
     _dot_panel(panels[1], gpus, "cost_rent_usd", "USD to rent")
     _dot_panel(panels[2], gpus, "cost_buy_usd", "USD to buy")
-    panels[0].set_yticks(range(len(gpus)), [gpu["name"] for gpu in gpus], fontsize=8)
+    panels[0].set_yticks(range(len(gpus)), [chart_text(gpu["name"]) for gpu in gpus], fontsize=8)
     for panel in panels[1:]:
         panel.set_yticks(range(len(gpus)), [""] * len(gpus))
     page.chart(figure, f"For the whole run ({request['epochs']} epochs of {request['dataset_size']:,} samples) on "

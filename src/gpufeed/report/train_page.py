@@ -8,6 +8,7 @@ import math
 from gpufeed.report.html import PART_COLOURS, Page, mebibytes, new_figure, number, percent, stacked_bars
 
 MAX_BARS = 200  # more log intervals than this are drawn in groups of consecutive intervals
+MAX_POINTS = 1000  # more log intervals than this are drawn over time as means of consecutive intervals
 CPU_REST = "compute and other host work (not separated on the CPU)"
 LABELS = {"data wait": "data wait (blocked on the next batch)", "compute": "compute (device busy, CUDA events)",
           "other host": "other host time (the rest of the interval)"}
@@ -120,15 +121,36 @@ def _step_timeline(page: Page, document: dict) -> None:
                        f"{compute}.")
 
 
+def group_size(timeline: list[dict], limit: int = MAX_POINTS) -> int:
+    """How many consecutive log intervals make one point of the lines over time."""
+    return max(1, math.ceil(len(timeline) / limit))
+
+
 def _over_time(axes, timeline: list[dict], key: str, label: str, colour: str) -> bool:
-    """One reading per log interval as a step line over the interval's seconds; False when never measured."""
+    """One reading per log interval as a step line over the interval's seconds; False when never measured. Above
+    MAX_POINTS intervals, each point is the time-weighted mean of a group of consecutive intervals."""
     values = [log.get(key) for log in timeline]
     if all(value is None for value in values):
         return False
-    times = [0.0] + [log["seconds"] for log in timeline]
-    heights = [math.nan if value is None else value for value in values]
+    ends = [log["seconds"] for log in timeline]
+    lengths = [end - start for start, end in zip([0.0, *ends[:-1]], ends, strict=True)]
+    size = group_size(timeline)
+    times, heights = [0.0], []
+    for start in range(0, len(values), size):
+        group = range(start, min(start + size, len(values)))
+        taken = [(values[index], max(lengths[index], 0.0)) for index in group if values[index] is not None]
+        weight = sum(length for _, length in taken)
+        heights.append(math.nan if not taken else sum(value * length for value, length in taken) / weight
+                       if weight > 0 else sum(value for value, _ in taken) / len(taken))
+        times.append(ends[group[-1]])
     axes.plot(times, heights[:1] + heights, drawstyle="steps-pre", color=colour, label=label, linewidth=1.5)
     return True
+
+
+def _grouped_note(timeline: list[dict]) -> str:
+    size = group_size(timeline)
+    return (f" With {len(timeline):,} log intervals, each level is the time-weighted mean of {size} consecutive "
+            f"intervals." if size > 1 else "")
 
 
 def _utilization(page: Page, timeline: list[dict]) -> None:
@@ -148,7 +170,8 @@ def _utilization(page: Page, timeline: list[dict]) -> None:
     activity = (" SM activity is the share of the GPU's SMs that were busy (NVML GPM, Hopper or newer): a kernel too "
                 "small to fill the GPU counts fully in GPU utilization but only partly here." if drawn[2] else "")
     page.chart(figure, "Mean utilization over each log interval, in percent: CPU is the share of all host cores "
-                       f"busy; GPU is NVML's share of time a kernel was running.{activity}{missing}")
+                       f"busy; GPU is NVML's share of time a kernel was running.{activity}{missing}"
+                       f"{_grouped_note(timeline)}")
 
 
 def _progress(page: Page, timeline: list[dict]) -> None:
@@ -156,14 +179,23 @@ def _progress(page: Page, timeline: list[dict]) -> None:
     figure, grid = new_figure(8.0, 2.8, 1, 2)
     left, right = grid[0]
     _over_time(left, timeline, "samples_per_s", "training throughput", "#1f77b4")
-    _over_time(right, timeline, "loss", "training loss", "#d62728")
+    finite = _over_time(right, timeline, "loss", "training loss", "#d62728")
+    if not finite:  # every interval's loss was NaN or infinite (the JSON writer makes them null)
+        right.text(0.5, 0.5, "no finite loss in any interval", transform=right.transAxes, ha="center",
+                   va="center", color="#777777")
+        right.set_xlim(left.get_xlim())
+        right.set_yticks([])
     left.set_ylim(bottom=0)
     for axes, unit in ((left, "samples per second"), (right, "loss (mean over the interval)")):
         axes.set_xlabel("seconds since the start of training")
         axes.set_ylabel(unit)
-        axes.legend(loc="best", fontsize="small")
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(loc="best", fontsize="small")
+    lost = sum(log.get("loss") is None for log in timeline)
+    gaps = (f" The loss was not finite (NaN or infinite) in {lost:,} of the {len(timeline):,} intervals"
+            + (": the line has gaps there." if finite else ".") if lost else "")
     page.chart(figure, "Left: samples per second over each log interval (summed over ranks). Right: the mean "
-                       "training loss over each log interval.")
+                       f"training loss over each log interval.{gaps}{_grouped_note(timeline)}")
 
 
 def _setting(value: object) -> str:
