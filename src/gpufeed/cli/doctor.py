@@ -136,10 +136,16 @@ def _try_fixes(args, target: str, script_args: list[str], report):
     return dataclasses.replace(report, findings=findings, unmeasured=report.unmeasured + lines)
 
 
+# unmeasured lines that describe how the run was read rather than something missing (clock.py, stalls.py)
+_ABOUT_THE_RUN = ("samples per step:", "step clock:", "other DataLoaders:", "periodic stalls:")
+
+
 def _show_unmeasured(lines: list[str]) -> None:
     for line in lines:
-        if not line.startswith("watch incomplete: "):  # shown in bold above
-            console.print(Text(f"not measured: {line}", style="dim"))
+        if line.startswith("watch incomplete: "):  # shown in bold above
+            continue
+        prefix = "note" if line.startswith(_ABOUT_THE_RUN) else "not measured"
+        console.print(Text(f"{prefix}: {line}", style="dim"))
 
 
 def _empty_report(watcher, error: str | None, unmeasured: list[str]) -> dict:

@@ -33,7 +33,8 @@ CONFIDENT_STEPS, SOME_STEPS = 20, 5
 CONTEXT_KEYS = ("device", "unmeasured", "cpu_count", "threads", "loader_workers", "loader_pin_memory", "batch_size",
                 "dtype_float64_seen", "autocast_seen", "script_error", "memory_peak_bytes", "memory_capacity_bytes",
                 "allocator_retries", "world_size", "rank_step_times", "communication_wait_s",
-                "loader_samples_per_s", "model_samples_per_s", "profile")
+                "loader_samples_per_s", "model_samples_per_s", "profile", "batches_per_step", "loader_batch_size",
+                "loader_restart_s")
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,35 @@ Each function returns `(fix, snippet)`. Arguments are numbers the rules measured
 from __future__ import annotations
 
 
-def input_bound(workers: int | None, on_gpu: bool) -> tuple[str, str]:
+def input_bound(workers: int | None, on_gpu: bool, current: int | None = None,
+                restart_share: float | None = None) -> tuple[str, str]:
+    """`workers`: the suggested count; `current`: the loader's own. When it already has that many, more
+    processes cannot help (each would get less of a core): the fix is a cheaper sample. `restart_share`: the
+    share of the wait spent starting or stopping the workers, when that is most of it."""
+    device = "cuda" if on_gpu else "cpu"
+    if restart_share is not None:
+        fix = (f"The step waits for its next batch, and {restart_share:.0%} of that wait is the DataLoader starting "
+               f"or stopping its {current} worker processes at an epoch's start or end, not loading. Keep them alive "
+               f"between epochs: persistent_workers=True (with multiprocessing_context=\"spawn\" each start imports "
+               f"torch and your script again in every worker).")
+        snippet = (f"loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,\n"
+                   f"                                     num_workers={current}, persistent_workers=True)")
+        return fix, snippet
+    feed = (f"# pack once (gpufeed pack photos/ data/train.gpuf), then\n"
+            f"import gpufeed\n"
+            f"feed = gpufeed.Feed(\"data/train.gpuf\", batch_size=batch_size, device=\"{device}\")\n"
+            f"for images, labels in feed:\n"
+            f"    ...")
+    if current is not None and workers is not None and current >= workers:
+        fix = (f"The step waits for its next batch, and the DataLoader already has {current} worker processes, as "
+               f"many as suggested here ({workers}, from the cores): more would only share the same cores. Make "
+               f"each sample cheaper: decode once with `gpufeed pack` and read the packed file with gpufeed.Feed "
+               f"(uint8 batches gathered on threads, augmentation done per batch"
+               + (" on the device" if on_gpu else "") + ", not per sample in Python), and keep the workers alive "
+               "across epochs (persistent_workers=True" + (", with pin_memory=True)." if on_gpu else ")."))
+        return fix, feed
     count = str(workers) if workers is not None else "min(os.cpu_count(), 8)"
     pin = ", pin_memory=True" if on_gpu else ""
-    device = "cuda" if on_gpu else "cpu"
     fix = (f"The step waits for its next batch. Give the DataLoader more worker processes (num_workers={count})"
            + (", pinned memory (pin_memory=True)" if on_gpu else "")
            + " and persistent_workers=True so they survive the epoch; or decode once with `gpufeed pack` and "
@@ -21,11 +46,7 @@ def input_bound(workers: int | None, on_gpu: bool) -> tuple[str, str]:
                f"                                     num_workers={count}{pin}, persistent_workers=True,\n"
                f"                                     prefetch_factor=4)\n"
                f"\n"
-               f"# or: pack once (gpufeed pack photos/ data/train.gpuf), then\n"
-               f"import gpufeed\n"
-               f"feed = gpufeed.Feed(\"data/train.gpuf\", batch_size=batch_size, device=\"{device}\")\n"
-               f"for images, labels in feed:\n"
-               f"    ...")
+               f"# or: {feed[2:]}")
     return fix, snippet
 
 
@@ -39,10 +60,13 @@ def cpu_saturated(cores: int | None, workers: int | None, threads: int | None, o
                "training threads (torch.set_num_threads) plus the loader workers to the number of cores.")
     cores_text = str(cores) if cores is not None else "os.cpu_count()"
     worker_count = workers if workers else 0
+    was = ""
+    if cores is not None and worker_count >= cores:  # gpufeed's choice: half the cores each, when workers fill them
+        worker_count, was = max(1, cores // 2), f" (was {worker_count})"
     suggested_threads = max(1, cores - worker_count) if cores is not None else None
     threads_text = str(suggested_threads) if suggested_threads is not None else f"{cores_text} - workers"
     snippet = (f"cores = {cores_text}\n"
-               f"workers = {worker_count}  # loader processes; each should use one thread\n"
+               f"workers = {worker_count}{was}  # loader processes; each should use one thread\n"
                f"torch.set_num_threads({threads_text})  # training threads + workers = cores\n"
                f"loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers,\n"
                f"                                     worker_init_fn=lambda _: torch.set_num_threads(1))")
@@ -112,8 +136,11 @@ def sync_stall(device_type: str) -> tuple[str, str]:
     return fix, snippet
 
 
-def small_batch(batch_size: int | None, sm_activity_percent: float | None = None) -> tuple[str, str]:
-    """The fix for an underfilled device: a batch known to be small, or kernels that occupy few SMs (GPM)."""
+def small_batch(batch_size: int | None, sm_activity_percent: float | None = None,
+                accumulated: int = 1) -> tuple[str, str]:
+    """The fix for an underfilled device: a batch known to be small, or kernels that occupy few SMs (GPM).
+    `accumulated`: batches per optimizer step (gradient accumulation): then the lever is a larger batch with fewer
+    accumulated, the same samples per step."""
     if batch_size is None or sm_activity_percent is not None:
         seen = f"the kernels kept only {sm_activity_percent:.0f}% of the SMs busy" if sm_activity_percent is not None \
             else "the device is underfilled"
@@ -122,6 +149,18 @@ def small_batch(batch_size: int | None, sm_activity_percent: float | None = None
                f"(and the learning rate with it), fuse small operations with torch.compile, or use a smaller GPU.")
         snippet = ("model = torch.compile(model)  # fuses small kernels into fewer, larger ones\n"
                    "loader = torch.utils.data.DataLoader(dataset, batch_size=2 * batch_size, ...)")
+        if accumulated > 1:
+            fix += f" With {accumulated} batches accumulated per step, raise the batch and accumulate fewer."
+        return fix, snippet
+    if accumulated > 1:
+        step = batch_size * accumulated
+        fix = (f"A batch of {batch_size} leaves the device underfilled, and {accumulated} of them are accumulated "
+               f"into each optimizer step ({step} samples). Load larger batches and accumulate fewer: the same "
+               f"{step} samples per step, the same learning rate, fewer and larger operators.")
+        snippet = (f"loader = torch.utils.data.DataLoader(dataset, batch_size={step}, ...)\n"
+                   f"accumulation_steps = 1  # was {accumulated}: still {step} samples per optimizer step\n"
+                   f"# if {step} samples do not fit in memory: batch_size={step // 2 if step >= 2 else 1}, "
+                   f"accumulation_steps = {2 if step >= 2 else 1}")
         return fix, snippet
     larger = batch_size * 4
     fix = (f"A batch of {batch_size} leaves the device underfilled. Raise the batch (try {batch_size * 2} and "

@@ -3,11 +3,15 @@
 
 - `_BaseDataLoaderIter.__next__` (the single- and multi-process iterators both inherit it): time blocked there is
   the data wait; `DataLoader.__iter__` (worker start-up counts as waiting); the loader's workers and pin_memory.
+  Each batch is named by the line that asked for it (`call_site`), so that the Watcher can leave a validation
+  loop's batches out (clock.py); the loader's __iter__ and its final StopIteration are data wait of the step.
 - a global optimizer step post-hook: the step clock once any optimizer steps (the first optimizer to step, when
-  there are several).
-- global module forward pre/post hooks: the outermost forward (no other active) after a backward pass (a hook on
-  its output) marks a step; its input and first parameter tell float64 and CUDA. Dropped at the first forward
-  once a loader or an optimizer is the step clock, so that their cost (a call per module) stops there.
+  there are several: a GAN's discriminator, say; the distinct optimizers are counted for the report).
+- global module forward pre/post hooks: the outermost forward (no other active) with grad enabled after a backward
+  pass (a hook on its output) marks a step, so a validation forward under torch.no_grad() does not; its inputs
+  (positional and keyword: `model(**batch)`) and first parameter tell the batch size, float64 and CUDA, read when
+  it returns. Dropped at the end of the first outermost forward once a loader or an optimizer is the step clock,
+  so that their cost (a call per module) stops there.
 - with CUDA only: `Tensor.to/.cuda/.cpu/.copy_` (host-to-device copies: host time, bytes, pinned or not; device to
   host counts as a wait), `Tensor.item/.tolist` and `torch.cuda.synchronize` (host waits: counted and timed), and,
   once the script uses CUDA, `torch.cuda.set_sync_debug_mode("warn")` with a warnings filter that counts implicit
@@ -24,8 +28,10 @@ are a graph break under torch.compile. DataLoader workers fork with the hooks in
 from __future__ import annotations
 
 import os
+import sys
 import time
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -34,6 +40,19 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's text in sync debug mode "warn"
 _MISSING = object()
+
+
+_LIBRARIES = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(os.path.dirname(__file__)) + os.sep)
+
+
+def call_site() -> tuple[str, int] | None:
+    """(file, line) of the code that called into the loader: the first frame outside torch and gpufeed (a
+    training loop's `for`, an evaluation's `for`, a `next(batches)`); library loops (accelerate, Lightning) keep
+    their own lines, so their training and validation loops stay apart."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        frame = frame.f_back
+    return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
 class _DoctorStop(BaseException):
@@ -56,11 +75,11 @@ class _Patch:
 
 
 def first_tensor(value: Any, requires_grad: bool = False) -> torch.Tensor | None:
-    """The first tensor in a (nested) tuple, list or dict, depth first; with `requires_grad`, the first that
-    requires grad."""
+    """The first tensor in a (nested) tuple, list or mapping (a dict, or a UserDict such as Hugging Face's
+    BatchEncoding), depth first; with `requires_grad`, the first that requires grad."""
     if isinstance(value, torch.Tensor):
         return value if value.requires_grad or not requires_grad else None
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
     for item in items:
         found = first_tensor(item, requires_grad)
         if found is not None:
@@ -82,15 +101,16 @@ class Instrumentation:
         self._depth = 0  # forwards active now
         self._backward_since_boundary = False
         self._clock_optimizer = None
+        self._optimizers: set[int] = set()  # ids of the optimizers that stepped
         self._inside = 0  # inside an instrumented copy or wait: torch's sync warnings there are already counted
-        self._pending_wait_s = 0.0  # DataLoader.__iter__ and the final StopIteration: counted with the next batch
         self._sync_debug_previous: int | None = None
         self._warnings_saved: tuple | None = None
 
     def install(self) -> None:
         self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
         self._forward_handles = [register_module_forward_pre_hook(self._on_forward_pre),
-                                 register_module_forward_hook(self._on_forward_post, always_call=True)]
+                                 register_module_forward_hook(self._on_forward_post, with_kwargs=True,
+                                                              always_call=True)]
         if self.patch_loader:
             self._patch_loader()
         if torch.cuda.is_available():
@@ -115,6 +135,9 @@ class Instrumentation:
         if os.getpid() != self._pid:
             return
         self.watcher.seen["optimizer steps"] += 1
+        if id(optimizer) not in self._optimizers:
+            self._optimizers.add(id(optimizer))
+            self.watcher.seen["optimizers"] = len(self._optimizers)
         if self._clock_optimizer is None:
             self._clock_optimizer = optimizer
         if optimizer is self._clock_optimizer:
@@ -127,22 +150,29 @@ class Instrumentation:
             return
         watcher = self.watcher
         watcher.seen["forward calls"] += 1
-        if watcher.source is None or (watcher.source == "forward" and self._backward_since_boundary):
+        if watcher.source is None or (watcher.source == "forward" and self._backward_since_boundary
+                                      and torch.is_grad_enabled()):
             self._backward_since_boundary = False
             watcher.step_boundary("forward")
-        self._inspect(module, inputs)
-        if watcher.source != "forward" or watcher.done:  # a better clock, or no more steps: stop paying for these
-            for handle in self._forward_handles:
-                handle.remove()
-            self._forward_handles, self._depth = [], 0
         self._maybe_stop()
 
-    def _on_forward_post(self, module, inputs, output) -> None:
+    def _on_forward_post(self, module, inputs, *rest) -> None:
+        """(module, args, kwargs, output); torch calls it (module, args, output) when the forward raised."""
         self._depth = max(0, self._depth - 1)
-        if self._depth == 0 and self.watcher.source in (None, "forward") and torch.is_grad_enabled():
+        if self._depth != 0 or os.getpid() != self._pid:
+            return
+        kwargs, output = rest if len(rest) == 2 else ({}, rest[0])
+        watcher = self.watcher
+        self._inspect(module, (inputs, kwargs))
+        if watcher.source in (None, "forward") and torch.is_grad_enabled():
             tensor = first_tensor(output, requires_grad=True)
             if tensor is not None:
                 tensor.register_hook(self._on_backward)
+        if not watcher.forwards_wanted:  # a better clock, or no more steps: stop paying for these
+            for handle in self._forward_handles:
+                handle.remove()
+            self._forward_handles, self._depth = [], 0
+            watcher.seen["forward hooks dropped"] = 1
 
     def _on_backward(self, grad) -> None:  # may run on an autograd worker thread: only set a flag
         if not self._backward_since_boundary:
@@ -158,7 +188,7 @@ class Instrumentation:
                 if value.is_cuda:
                     self._using_cuda()
         if tensor is not None and tensor.dim() > 0:
-            self.watcher.on_forward_input(int(tensor.shape[0]))
+            self.watcher.on_forward_input(int(tensor.shape[0]), id(module), torch.is_grad_enabled())
         autocast = torch.is_autocast_enabled("cuda" if self.watcher.device == "cuda" else "cpu")
         self.watcher.autocast_seen = bool(self.watcher.autocast_seen) or autocast
 
@@ -172,16 +202,15 @@ class Instrumentation:
             def __next__(iterator):
                 watcher.on_wait_start()
                 start = time.perf_counter()
+                loader = call_site()
                 try:
                     batch = original(iterator)
-                except StopIteration:
-                    instrumentation._pending_wait_s += time.perf_counter() - start
+                except StopIteration:  # the epoch's end (workers shut down): time in the loader all the same
+                    watcher.on_loader_wait(time.perf_counter() - start, loader)
                     raise
-                waited = time.perf_counter() - start + instrumentation._pending_wait_s
-                instrumentation._pending_wait_s = 0.0
-                watcher.loader_workers = getattr(iterator, "_num_workers", None)
-                watcher.loader_pin_memory = getattr(iterator, "_pin_memory", None)
-                watcher.on_batch_wait(waited, batch)
+                watcher.on_batch_wait(time.perf_counter() - start, batch, loader=loader,
+                                      workers=getattr(iterator, "_num_workers", None),
+                                      pin_memory=getattr(iterator, "_pin_memory", None))
                 instrumentation._maybe_stop()
                 return batch
             return __next__
@@ -190,7 +219,7 @@ class Instrumentation:
             def __iter__(loader):
                 start = time.perf_counter()
                 iterator = original(loader)
-                instrumentation._pending_wait_s += time.perf_counter() - start
+                watcher.on_loader_wait(time.perf_counter() - start, call_site())  # workers starting
                 watcher.seen["DataLoader iterations"] += 1
                 return iterator
             return __iter__

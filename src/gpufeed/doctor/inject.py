@@ -1,9 +1,9 @@
 """Run someone else's training script, unmodified, with the doctor's instrumentation installed.
 
 `run_script` runs it in this process as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would: `sys.argv`,
-`sys.path[0]` (the script's folder, or the working directory for -m), `__name__ == "__main__"`, the user's working
-directory. The instrumentation (hooks.py: the DataLoader, optimizer, module and CUDA copy/sync patches) is
-installed for the run and restored by `run_script` whatever happens.
+`sys.path[0]` (the script's folder, or the working directory for -m), `__name__ == "__main__"`, an absolute
+`__file__`, the user's working directory. The instrumentation (hooks.py: the DataLoader, optimizer, module and
+CUDA copy/sync patches) is installed for the run and restored by `run_script` whatever happens.
 
 Stopping: once the watch is complete (or the watchdog gives up), the next hook raises `_DoctorStop`, a
 BaseException that `except Exception` in the script does not swallow. The watchdog thread, after `timeout_s` with
@@ -12,7 +12,8 @@ reads. Off the main thread it falls back to `PyThreadState_SetAsyncExc`, which w
 Either way a long call into C (one huge kernel, a C library's own wait) is interrupted only when it returns.
 
 Limits: the script shares this process: its seeds, threads (restored after) and imports stay. DataLoader workers
-started by spawn rather than fork are not tested. The costs of the hooks are in hooks.py.
+started by spawn re-run the script as `__mp_main__` (tests/doctor/test_real_scripts.py), without the hooks. The
+costs of the hooks are in hooks.py.
 """
 
 from __future__ import annotations
@@ -74,8 +75,9 @@ class RunOutcome:
 
     @property
     def problem(self) -> str | None:
-        """Why the watch is incomplete, in one line; None when it completed."""
-        steps = f"{self.steps_seen} step" + ("" if self.steps_seen == 1 else "s")
+        """Why the watch is incomplete, in one line; None when it completed. Steps are timed from one tick of the
+        step clock to the next, so N optimizer steps make N - 1 timed steps."""
+        steps = f"{self.steps_seen} timed step" + ("" if self.steps_seen == 1 else "s")
         if self.error is not None:
             return f"the script raised {self.error} after {steps}"
         if self.timed_out and self.steps_seen == 0:
@@ -90,12 +92,15 @@ class RunOutcome:
 
 
 def what_was_seen(seen) -> str:
-    """The counts a watcher kept, as words: what the script did, for a report that saw no (or few) steps."""
+    """The counts a watcher kept, as words: what the script did, for a report that saw no (or few) steps.
+    Forwards and backward passes are left out once the forward hooks were dropped (hooks.py): their counts stop
+    there."""
     parts = []
-    for key, one, none in (("forward calls", "forward call", "no nn.Module forward"),
-                           ("backward passes", "backward pass", "no backward pass"),
-                           ("optimizer steps", "optimizer step", "no optimizer step"),
-                           ("batches", "batch", "no DataLoader batch")):
+    counted = (("forward calls", "forward call", "no nn.Module forward"),
+               ("backward passes", "backward pass", "no backward pass"),
+               ("optimizer steps", "optimizer step", "no optimizer step"),
+               ("batches", "batch", "no DataLoader batch"))
+    for key, one, none in counted[2:] if seen.get("forward hooks dropped") else counted:
         count = seen.get(key, 0)
         parts.append(none if count == 0 else f"{count} {one if count == 1 else key}")
     return ", ".join(parts)
@@ -227,7 +232,9 @@ def run_script(target: str, args: list[str], is_module: bool, watcher, timeout_s
             if is_module:
                 runpy.run_module(target, run_name="__main__", alter_sys=True)
             else:
-                runpy.run_path(target, run_name="__main__")
+                # __file__ absolute, as python 3.9+ sets it: spawned DataLoader workers re-run the script from
+                # __main__.__file__, joined to the directory Python started in when it is relative
+                runpy.run_path(os.path.abspath(target), run_name="__main__")
             exited = True
         except _DoctorStop:
             pass

@@ -55,6 +55,9 @@ SMALL_BATCH = 32
 SHORT_CPU_STEP_S = 0.010
 # gpufeed's choice: more loader processes than 8 seldom help one GPU and cost memory (one dataset copy each).
 MAX_SUGGESTED_WORKERS = 8
+# gpufeed's choice: when half the data wait is the loader starting or stopping its workers (__iter__, the final
+# StopIteration), the fix is to keep them (persistent_workers), not to add more.
+RESTART_SHARE = 0.50
 # NVIDIA DCGM user guide, profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE, what NVML's GPM SM_UTIL reads):
 # "A value of 0.8 or greater is necessary, but not sufficient, for effective use of the GPU. A value less than
 # 0.5 likely indicates ineffective GPU usage." utilization.gpu reads 100% whenever any kernel runs.
@@ -72,12 +75,15 @@ def input_bound(watch: Watch) -> Finding | None:
     if workers is None:
         watch.note("DataLoader workers: not read (the loader is not a torch DataLoader, or it was not reachable)")
     suggested = min(cores, MAX_SUGGESTED_WORKERS) if cores else None
+    restart = watch.get("loader_restart_s")
+    restart_share = restart / totals.data_wait_s if restart is not None else None
     evidence = {"data_wait_share": share, "mean_wait_ms": 1000.0 * totals.data_wait_s / totals.steps,
                 "loader_workers": workers, "pin_memory": watch.get("loader_pin_memory"), "cpu_count": cores,
-                "suggested_workers": suggested}
+                "suggested_workers": suggested, "restart_share_of_wait": restart_share}
     supporting = watch.count(lambda r: r.data_wait_s >= INPUT_SHARE_MEDIUM * r.wall_s)
-    return finding("input_bound", severity(share), share, evidence, fixes.input_bound(suggested, watch.on_gpu),
-                   confidence(supporting))
+    restarts = restart_share if workers and restart_share is not None and restart_share >= RESTART_SHARE else None
+    return finding("input_bound", severity(share), share, evidence,
+                   fixes.input_bound(suggested, watch.on_gpu, workers, restarts), confidence(supporting))
 
 
 def cpu_saturated(watch: Watch) -> Finding | None:
@@ -160,23 +166,34 @@ def underfilled(watch: Watch) -> Finding | None:
     if sm is None or busy is None or busy < LOW_DEVICE_BUSY or sm >= LOW_SM_ACTIVITY_PERCENT:
         return None
     share = busy * (1.0 - sm / 100.0)  # step time in kernels that left the rest of the SMs idle: an upper bound
-    evidence = {"device_busy": busy, **activity, "batch_size": watch.batch_size, "sm_idle_share_of_busy": 1 - sm / 100}
+    batch, batches = model_batch(watch)
+    evidence = {"device_busy": busy, **activity, "batch_size": batch, "sm_idle_share_of_busy": 1 - sm / 100}
     supporting = sum(1 for sample in watch.samples
                      if getattr(sample, "sm_activity_percent", None) is not None
                      and sample.sm_activity_percent < LOW_SM_ACTIVITY_PERCENT)
-    return finding("small_batch", severity(share), share, evidence, fixes.small_batch(watch.batch_size, sm),
+    return finding("small_batch", severity(share), share, evidence, fixes.small_batch(batch, sm, batches),
                    confidence(supporting))
 
 
+def model_batch(watch: Watch) -> tuple[int | None, int]:
+    """(the batch the model sees, batches per step): with gradient accumulation (several loader batches per
+    step) one loader batch, else the step's batch."""
+    batches = watch.get("batches_per_step") or 1
+    return (watch.get("loader_batch_size") if batches > 1 else watch.batch_size), batches
+
+
 def small_batch(watch: Watch) -> Finding | None:
-    batch = watch.batch_size
+    """Judged on the batch the model sees (`model_batch`), and on the CPU the model's time per batch."""
+    batch, batches = model_batch(watch)
     if watch.on_gpu and (found := underfilled(watch)) is not None:
         return found
     if batch is None or batch >= SMALL_BATCH:
         return None
     totals = watch.totals
-    model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
+    model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps / batches
     evidence = {"batch_size": batch, "model_step_ms": 1000.0 * model_step_s, "device_busy": watch.device_busy()}
+    if batches > 1:
+        evidence["batches_per_step"] = batches
     if watch.on_gpu:
         busy = watch.busy()
         if busy is None or busy >= LOW_DEVICE_BUSY:
@@ -185,13 +202,13 @@ def small_batch(watch: Watch) -> Finding | None:
         share = unexplained_idle(watch, busy)
         strong = host_bound_gate(watch) is not None
         supporting = watch.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
-        return finding("small_batch", "medium" if strong else "low", share, evidence, fixes.small_batch(batch),
-                       confidence(supporting) if strong else "low")
+        return finding("small_batch", "medium" if strong else "low", share, evidence,
+                       fixes.small_batch(batch, accumulated=batches), confidence(supporting) if strong else "low")
     if model_step_s >= SHORT_CPU_STEP_S:
         return None
     watch.note("throughput at other batch sizes: not measured, so small_batch on the CPU is a heuristic "
                "(batch and step time) and claims no share of the step")
-    return finding("small_batch", "low", 0.0, evidence, fixes.small_batch(batch), "low")
+    return finding("small_batch", "low", 0.0, evidence, fixes.small_batch(batch, accumulated=batches), "low")
 
 
 def precision(watch: Watch) -> Finding | None:
@@ -282,8 +299,9 @@ def diagnose(records: list[StepRecord], samples: list[HostSample], context: dict
     script_error, memory_peak_bytes, memory_capacity_bytes, allocator_retries, world_size, rank_step_times
     (per-rank mean step seconds), communication_wait_s (seconds the watched steps waited on collectives),
     loader_samples_per_s, model_samples_per_s, profile (`ProfileSummary.as_context()`: operators and kernels per
-    profiled step). Raises ValueError with no records (the caller reports "no
-    training step seen").
+    profiled step), batches_per_step and loader_batch_size (gradient accumulation: small_batch judges one loader
+    batch), loader_restart_s (of the data wait, the seconds the training loader spent starting or stopping its
+    workers). Raises ValueError with no records (the caller reports "no training step seen").
     """
     watch = open_watch(records, samples, context)
     findings = [found for rule in RULES if (found := rule(watch)) is not None]

@@ -14,6 +14,9 @@ and kernels per step, the device's busy time as the union of kernel intervals), 
 profiler overhead; `done` turns True when that window ends (at once with profile_steps=0). When the loop ends
 first, `close()` keeps what was profiled and says why the rest is missing.
 
+What a step holds (clock.py): several batches with gradient accumulation (batch size and samples/s count a
+step's samples); only the training loader's batches, not a validation loader's; several optimizers' steps.
+
 Compute time (`compute_s`) is measured only on CUDA: events recorded on the current stream from the step's start
 (or a batch's arrival) to the step's end (or the next wait for a batch), summed; it includes idle gaps between
 kernels when the loop is launch-bound (the profiled window measures the gaps). Events are read back only when
@@ -31,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gpufeed.doctor.inject import first_tensor
+from gpufeed.doctor.clock import Held, StepContents, step_shape
+from gpufeed.doctor.clock import batch_size_of as batch_size_of  # re-exported: moved to clock.py
 from gpufeed.doctor.profile import PROFILE_STEPS, ProfileSummary, StepProfiler, cuda_traced
 from gpufeed.measure.sampler import HostSampler
 from gpufeed.measure.steps import HostSample, StepRecord
@@ -42,17 +46,6 @@ if TYPE_CHECKING:
 SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
               "sync_s": 0.0, "batch_size": None, "float64_ops": 0}
-
-
-def batch_size_of(batch: Any) -> int | None:
-    """Samples in a batch: dim 0 of its first tensor (through tuples, lists and dicts), else the length of its
-    last item (the labels, as a list), else None."""
-    tensor = first_tensor(batch)
-    if tensor is not None:
-        return int(tensor.shape[0]) if tensor.dim() > 0 else None
-    items = list(batch.values()) if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else []
-    labels = items[-1] if items else None
-    return len(labels) if isinstance(labels, (list, tuple)) else None
 
 
 def _device_seconds(regions: list) -> float:
@@ -81,7 +74,7 @@ class Watcher:
         self.source: str | None = None  # the step clock, one of SOURCES
         self.steps_closed = 0  # steps ended by the clock, warm-up included
         self.boundaries = 0  # every accepted boundary, for the watchdog: has anything moved?
-        self.forward_batch_size: int | None = None  # rows of the last outermost forward's input
+        self.forward_batch_size: int | None = None  # rows of the model's last forward with grad
         self.seen: Counter = Counter()  # forwards, backwards, optimizer steps, batches, loaders: what happened
         self.float64_seen = False
         self.autocast_seen: bool | None = None  # an outermost forward ran under torch.autocast (None: none seen)
@@ -91,8 +84,9 @@ class Watcher:
         self.notes: list[str] = []  # what instrumentation could not measure, for the report's unmeasured list
         self._start_s = self._last_s = time.perf_counter()
         self._sampler: HostSampler | None = None
-        self._raw: list[tuple[dict, list]] = []  # closed steps past warm-up: fields, CUDA event pairs
+        self._raw: list[tuple[dict, list, Held]] = []  # closed steps past warm-up: fields, CUDA event pairs, Held
         self._step, self._regions, self._region_start = dict(_ZERO_STEP), [], None
+        self.contents = StepContents()  # the step's training batches and model rows (clock.py)
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -121,23 +115,49 @@ class Watcher:
         """The loop asks for the next batch: the device's share of the step pauses here (CUDA)."""
         self._close_region()
 
-    def on_batch_wait(self, seconds: float, batch: Any) -> None:
-        """A batch arrived after `seconds` blocked in the loader's __next__."""
+    def on_batch_wait(self, seconds: float, batch: Any, loader: Any = None, workers: int | None = None,
+                      pin_memory: bool | None = None) -> None:
+        """A batch arrived after `seconds` blocked in the loader's __next__. `loader` names where it was asked
+        for (clock.py; None: the loader `watch()` wraps); `workers` and `pin_memory` are its loader's settings."""
         if self.done:
             return
         self.seen["batches"] += 1
+        if not self.contents.is_training(loader):  # validation, say: its wait is step time, not a data wait
+            self.contents.on_batch(loader, None, training=False)
+            return
+        if loader is not None:
+            self.loader_workers, self.loader_pin_memory = workers, pin_memory
         self._step["data_wait_s"] += seconds
         self.step_boundary("loader")
         size = batch_size_of(batch)
         if size is not None:
             self._step["batch_size"] = (self._step["batch_size"] or 0) + size
+        self.contents.on_batch(loader, size, training=True)
         self._open_region()
 
-    def on_forward_input(self, size: int) -> None:
-        """The outermost forward's input has `size` rows: the batch size, when no loader said it."""
+    def on_loader_wait(self, seconds: float, loader: Any) -> None:
+        """Time in a loader that handed out no batch: its __iter__ (workers starting) or the StopIteration at
+        an epoch's end; a data wait of the current step when `loader` (where it was called) feeds the steps."""
+        if not self.done and self.contents.is_training(loader):
+            self._step["data_wait_s"] += seconds
+            self.contents.restart_s += seconds
+
+    def on_forward_input(self, size: int, module: int | None = None, grad: bool = True) -> None:
+        """An outermost forward of `module` (an id) returned, its first input `size` rows: under the forward
+        clock the step's batch size; without loader batches, the samples of a step (clock.py)."""
+        if not grad or not self.contents.on_forward(module, size):
+            return
         self.forward_batch_size = size
         if self.source == "forward" and self._step["batch_size"] is None:
             self._step["batch_size"] = size
+
+    @property
+    def forwards_wanted(self) -> bool:
+        """Whether the forward hooks still have something to say: the forward clock, or the samples of a step
+        while no loader batch came and no complete step was counted (at most two steps of the clock)."""
+        if self.done or self.source in (None, "forward"):
+            return not self.done
+        return not self.seen["batches"] and not self.contents.rows_per_step and self.steps_closed < 2
 
     def on_copy(self, seconds: float, nbytes: int, pinned: bool) -> None:
         if not self.done:
@@ -166,6 +186,7 @@ class Watcher:
         now = time.perf_counter()
         self.boundaries += 1
         self._close_region()
+        held = self.contents.close(clock=source != "loader", complete=self.source == source)
         if self.source != source:  # the first boundary of a (better) clock: start counting here
             self.source, self.steps_closed, self._raw = source, 0, []
         else:
@@ -173,7 +194,7 @@ class Watcher:
             if self.steps_closed > self.warmup:
                 fields = dict(self._step, index=len(self._raw), start_s=self._last_s - self._start_s,
                               wall_s=now - self._last_s)
-                self._raw.append((fields, self._regions))
+                self._raw.append((fields, self._regions, held))
                 if self.watched:
                     self._begin_profile()
         self._step, self._regions, self._last_s = dict(_ZERO_STEP), [], now
@@ -224,7 +245,7 @@ class Watcher:
     def records(self) -> list[StepRecord]:
         """The watched steps (on CUDA this waits for the events it reads)."""
         return [StepRecord(**fields, kernel_launches=None, compute_s=_device_seconds(regions) if regions else None)
-                for fields, regions in self._raw]
+                for fields, regions, _ in self._raw]
 
     @property
     def samples(self) -> list[HostSample]:
@@ -254,11 +275,12 @@ class Watcher:
         if self.float64_seen:
             lines.append("float64 operations per step: not counted; a float64 model input or parameter was seen")
         memory = device_memory(self.device == "cuda", lines)
-        sizes = Counter(record["batch_size"] for record, _ in self._raw if record["batch_size"] is not None)
+        batches, shape_lines = step_shape([(record["batch_size"], held) for record, _, held in self._raw],
+                                          self.contents, self.forward_batch_size, self.source, self.seen["optimizers"])
+        lines[:0] = shape_lines
         return {"device": device, "unmeasured": lines, "cpu_count": os.cpu_count(),
                 "threads": self.threads or torch.get_num_threads(), "loader_workers": self.loader_workers,
-                "loader_pin_memory": self.loader_pin_memory,
-                "batch_size": sizes.most_common(1)[0][0] if sizes else self.forward_batch_size,
+                "loader_pin_memory": self.loader_pin_memory, **batches,
                 "dtype_float64_seen": self.float64_seen, "autocast_seen": self.autocast_seen,
                 "script_error": script_error, "profile": self.profile.as_context() if self.profile else None,
                 **memory}
