@@ -197,3 +197,10 @@ def open_watch(records: list[StepRecord], samples: list[HostSample], context: di
     if batch_size is None:
         watch.note("batch size: not read, so samples per second and small_batch are not computed")
     return watch
+
+
+def model_batch(watch: Watch) -> tuple[int | None, int]:
+    """(the batch the model sees, batches per step): with gradient accumulation (several loader batches per
+    step) one loader batch, else the step's batch."""
+    batches = watch.get("batches_per_step") or 1
+    return (watch.get("loader_batch_size") if batches > 1 else watch.batch_size), batches

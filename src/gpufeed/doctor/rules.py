@@ -6,7 +6,8 @@ named constants with their source; "gpufeed's choice" marks those no published t
 
 What the rules read, the grading of shares and counts, and the throughputs are in evidence.py; slow-step
 detection, periodic_stall and straggler in stalls.py; launch_overhead (from the profiled window) in launch.py;
-memory_pressure (device and host) in memory.py. The functions and classes moved there import from here too.
+memory_pressure (device and host) in memory.py; SM occupancy (GPM) in occupancy.py. The functions and classes
+moved there import from here too.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gpufeed.doctor.evidence import (
     confidence,
     finding,
     host_bound_gate,
+    model_batch,
     open_watch,
     severity,
     throughputs,
@@ -31,6 +33,7 @@ from gpufeed.doctor.evidence import (
 from gpufeed.doctor.evidence import Totals as Totals
 from gpufeed.doctor.launch import launch_overhead
 from gpufeed.doctor.memory import memory_pressure
+from gpufeed.doctor.occupancy import gpu_activity, underfilled
 from gpufeed.doctor.report import KINDS, Finding, Report, Verdict
 from gpufeed.doctor.stalls import periodic_stall, straggler
 from gpufeed.doctor.stalls import slow_outliers as slow_outliers  # re-exported: moved to stalls.py
@@ -58,10 +61,6 @@ MAX_SUGGESTED_WORKERS = 8
 # gpufeed's choice: when half the data wait is the loader starting or stopping its workers (__iter__, the final
 # StopIteration), the fix is to keep them (persistent_workers), not to add more.
 RESTART_SHARE = 0.50
-# NVIDIA DCGM user guide, profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE, what NVML's GPM SM_UTIL reads):
-# "A value of 0.8 or greater is necessary, but not sufficient, for effective use of the GPU. A value less than
-# 0.5 likely indicates ineffective GPU usage." utilization.gpu reads 100% whenever any kernel runs.
-LOW_SM_ACTIVITY_PERCENT = 50.0
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
@@ -145,41 +144,6 @@ def sync_stall(watch: Watch) -> Finding | None:
                 "mean_sync_ms": 1000.0 * totals.sync_s / totals.steps, "device_busy": busy}
     return finding("sync_stall", severity(share), share, evidence, fixes.sync_stall(watch.device_type),
                    confidence(watch.count(lambda r: r.sync_count > 0)))
-
-
-def gpu_activity(watch: Watch) -> dict:
-    """Means over the host samples: NVML utilization.gpu and, where GPM reads them, SM and tensor activity."""
-    def mean(name: str) -> float | None:
-        values = [getattr(sample, name, None) for sample in watch.samples]
-        values = [value for value in values if value is not None]
-        return statistics.fmean(values) if values else None
-    return {"nvml_utilization_percent": mean("gpu_utilization_percent"),
-            "sm_activity_percent": mean("sm_activity_percent"),
-            "tensor_activity_percent": mean("tensor_activity_percent")}
-
-
-def underfilled(watch: Watch) -> Finding | None:
-    """The device runs kernels most of the time, but they occupy few of its SMs (GPM SM activity below 50%)."""
-    activity = gpu_activity(watch)
-    sm = activity["sm_activity_percent"]
-    busy = watch.busy()
-    if sm is None or busy is None or busy < LOW_DEVICE_BUSY or sm >= LOW_SM_ACTIVITY_PERCENT:
-        return None
-    share = busy * (1.0 - sm / 100.0)  # step time in kernels that left the rest of the SMs idle: an upper bound
-    batch, batches = model_batch(watch)
-    evidence = {"device_busy": busy, **activity, "batch_size": batch, "sm_idle_share_of_busy": 1 - sm / 100}
-    supporting = sum(1 for sample in watch.samples
-                     if getattr(sample, "sm_activity_percent", None) is not None
-                     and sample.sm_activity_percent < LOW_SM_ACTIVITY_PERCENT)
-    return finding("small_batch", severity(share), share, evidence, fixes.small_batch(batch, sm, batches),
-                   confidence(supporting))
-
-
-def model_batch(watch: Watch) -> tuple[int | None, int]:
-    """(the batch the model sees, batches per step): with gradient accumulation (several loader batches per
-    step) one loader batch, else the step's batch."""
-    batches = watch.get("batches_per_step") or 1
-    return (watch.get("loader_batch_size") if batches > 1 else watch.batch_size), batches
 
 
 def small_batch(watch: Watch) -> Finding | None:
