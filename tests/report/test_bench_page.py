@@ -5,75 +5,17 @@ from __future__ import annotations
 
 import copy
 import json
-import re
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from pagecheck import PageStructure, external_urls, page_structure  # noqa: F401
 
 from gpufeed.cli.main import main
 from gpufeed.report.bench_page import bench_page, crossover_size, matrix_size, milliseconds
 from gpufeed.report.document import render
 
 FIXTURES = Path(__file__).parent / "fixtures"
-VOID_TAGS = {"meta", "br", "hr", "img", "input", "link", "area", "base", "col", "embed", "source", "track", "wbr"}
-
-
-class PageStructure(HTMLParser):
-    """Checks that every tag closes in order and counts the <figure class="chart"> that hold an <svg>."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.open_tags: list[str] = []
-        self.errors: list[str] = []
-        self.charts = 0
-        self.chart_level: int | None = None
-        self.chart_has_svg = False
-        self.texts: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag in VOID_TAGS:
-            return
-        self.open_tags.append(tag)
-        if tag == "figure" and "chart" in (dict(attrs).get("class") or "").split():
-            self.chart_level, self.chart_has_svg = len(self.open_tags), False
-        elif tag == "svg" and self.chart_level is not None:
-            self.chart_has_svg = True
-
-    def handle_endtag(self, tag):
-        if tag in VOID_TAGS:
-            return
-        if not self.open_tags or self.open_tags[-1] != tag:
-            self.errors.append(f"</{tag}> where <{self.open_tags[-1] if self.open_tags else 'nothing'}> is open")
-            return
-        if tag == "figure" and self.chart_level == len(self.open_tags):
-            self.charts += self.chart_has_svg
-            self.chart_level = None
-        self.open_tags.pop()
-
-    def handle_data(self, data):
-        self.texts.append(data)
-
-
-def page_structure(text: str) -> PageStructure:
-    parser = PageStructure()
-    parser.feed(text)
-    parser.close()
-    if parser.open_tags:
-        parser.errors.append(f"left open: {parser.open_tags}")
-    return parser
-
-
-def external_urls(text: str) -> list[str]:
-    """Every http:// or https:// address that is not the value of an xmlns attribute."""
-    found = []
-    for match in re.finditer(r"https?://[^\s\"'<>)]*", text):
-        if not re.search(r"xmlns(:\w+)?=\"$", text[max(0, match.start() - 40):match.start()]):
-            found.append(match.group())
-    return found
-
-
 def load(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_train_page import parse_page, visible  # the same page checks (tests/ is not a package)
+from pagecheck import parse_page, visible  # the page checks shared by the report tests
 
 from gpufeed.report.doctor_page import step_parts
 from gpufeed.report.document import render

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import matplotlib
 import pytest
-from test_train_page import parse_page, visible  # the same page checks (tests/ is not a package)
+from pagecheck import parse_page, visible  # the page checks shared by the report tests
 
 from gpufeed.errors import ConfigError
 from gpufeed.report.doctor_page import groups, step_bars

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_bench_page import external_urls, page_structure  # the same checks as the bench page's
+from pagecheck import external_urls, page_structure  # the same checks as the bench page's
 
 from gpufeed.cli.main import main
 from gpufeed.report.document import render

@@ -5,64 +5,16 @@ from __future__ import annotations
 import copy
 import html
 import json
-import re
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from pagecheck import parse_page, visible  # noqa: F401 (visible: used by tests here)
 
 from gpufeed.report.document import render
 from gpufeed.report.train_page import intervals
 
 FIXTURES = Path(__file__).parent / "fixtures"
-VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
-
-
-class _Parsed(HTMLParser):
-    """Checks that every element the page opens is closed in order; counts charts, keeps the text outside SVG."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.stack: list[tuple[str, bool]] = []  # open elements: (tag, is a chart figure)
-        self.errors: list[str] = []
-        self.charts = 0  # <figure class="chart"> elements whose first child is an <svg>
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "svg" and self.stack and self.stack[-1] == ("figure", True):
-            self.charts += 1
-        if tag not in VOID:
-            self.stack.append((tag, tag == "figure" and ("class", "chart") in attrs))
-
-    def handle_endtag(self, tag):
-        if not self.stack or self.stack[-1][0] != tag:
-            self.errors.append(f"</{tag}> closes {self.stack[-1] if self.stack else 'nothing'}")
-        else:
-            self.stack.pop()
-
-    def handle_data(self, data):
-        if not any(tag in ("svg", "style") for tag, _ in self.stack):
-            self.text.append(data)
-
-
-def parse_page(text: str) -> _Parsed:
-    """The page parsed, after asserting that its tags balance and that it fetches nothing from outside."""
-    parsed = _Parsed()
-    parsed.feed(text)
-    parsed.close()
-    assert parsed.errors == [] and parsed.stack == [], (parsed.errors[:3], parsed.stack)
-    assert text.startswith("<!DOCTYPE html>")
-    outside_namespaces = re.sub(r'xmlns(:\w+)?="[^"]*"', "", text)
-    assert "http://" not in outside_namespaces and "https://" not in outside_namespaces
-    assert "<script" not in text and "<img" not in text and "<link" not in text
-    return parsed
-
-
-def visible(parsed: _Parsed) -> str:
-    return " ".join(" ".join(parsed.text).split())
-
-
 def load(name: str) -> dict:
     return json.loads((FIXTURES / name).read_text(encoding="utf-8"))
 
