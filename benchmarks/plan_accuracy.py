@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch._C._profiler import _EventType
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import record_function
 
+from gpufeed.plan.check import profiled_cpu_peak
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory
 from gpufeed.train.models import build_model
 
@@ -134,27 +134,17 @@ def train_step(model, optimizer, inputs, labels, case: Case) -> None:
 
 
 def measured_peak_cpu(case: Case) -> int:
-    """The largest running sum of the CPU allocator's events within the second step."""
+    """The largest running sum of the CPU allocator's events within the second step (plan/check.py's method)."""
     torch.manual_seed(0)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+
+    def run() -> None:
         model, optimizer, inputs, labels = build(case, torch.device("cpu"))
         for step in range(2):
             with record_function(f"step {step}"):
                 train_step(model, optimizer, inputs, labels, case)
         del model, optimizer, inputs, labels
-    events, pending = [], list(profiler.profiler.kineto_results.experimental_event_tree())
-    while pending:
-        event = pending.pop()
-        events.append(event)
-        pending.extend(event.children)
-    second = next(event for event in events if event.name == "step 1")
-    allocations = sorted((e for e in events if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns)
-    live, peak = 0, 0
-    for event in allocations:
-        live += event.extra_fields.alloc_size
-        if second.start_time_ns <= event.start_time_ns <= second.end_time_ns:
-            peak = max(peak, live)
-    return peak
+
+    return profiled_cpu_peak(run, {"step 1"})
 
 
 def measured_peak_cuda(case: Case) -> int:

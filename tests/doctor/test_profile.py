@@ -77,6 +77,16 @@ def test_kernels_are_counted_in_the_step_that_launched_them():
     assert (second.kernels, second.short_kernels, second.kernel_busy_s) == (1, 1, pytest.approx(3e-6))
 
 
+def test_an_unlinked_runtime_call_with_an_operators_id_does_not_take_its_kernels():
+    # CUPTI numbers runtime calls apart from torch's operators: a synchronize outside any operator (linked 0) in
+    # step 2 with id 11 must not be taken for aten::addmm (id 11, step 1), whose kernels stay in step 1
+    events = trace()
+    events.insert(events.index(host("ProfilerStep#3", 400, 450, kind="user_annotation")),
+                  host("cudaDeviceSynchronize", 300, 390, kind="cuda_runtime", id=11))
+    first, second = analyse(events, recorded=2, cuda=True)
+    assert (first.kernels, second.kernels) == (4, 1)
+
+
 def test_no_marks_no_steps_and_only_the_recorded_marks_count():
     assert analyse(trace(), recorded=0, cuda=True) == []
     assert [step.index for step in analyse(trace(), recorded=1, cuda=True)] == [0]

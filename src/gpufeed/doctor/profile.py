@@ -48,6 +48,7 @@ PARSE_TIMEOUT_S = 30.0  # post-processing limit where this torch has one: a huge
 _OPERATOR_PREFIXES = ("aten::", "autograd::engine::evaluate_function")
 _LOADER_PREFIX = "enumerate(DataLoader)"
 _STEP_PREFIX = "ProfilerStep#"
+_LAUNCHER_KINDS = (None, "cpu_op", "user_annotation")  # kineto's names; None: a trace without activity types
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,9 @@ def analyse(events: list[TraceEvent], recorded: int, cuda: bool) -> list[Profile
                   key=lambda e: (e.start_us, -e.end_us))
     loader = [e for e in host if e.thread in threads and e.name.startswith(_LOADER_PREFIX)]
     kernels = [e for e in events if e.on_device and _is_kernel(e)] if cuda else []
-    launchers = {e.id: e for e in host if e.linked_id == 0}  # operators and annotations, not runtime calls
+    # operators and annotations: a kernel's linked id is one of theirs. Runtime calls are left out even when not
+    # linked (a synchronize outside any operator): their ids are CUPTI's, a separate count that can repeat an op's.
+    launchers = {e.id: e for e in host if e.linked_id == 0 and e.kind in _LAUNCHER_KINDS}
     launched = _kernels_by_step(kernels, launchers, marks)
     steps = []
     for position, mark in enumerate(marks):

@@ -1,23 +1,36 @@
 """`gpufeed plan --check`: run the planned step for real on the device here and compare with the plan.
 
-Measured independently of the planner's tracing: on CUDA the allocator's own peak
-(`torch.cuda.max_memory_allocated`, which leaves out the CUDA context the plan adds as overhead). On the CPU
-only the step time is checked here; benchmarks/plan_accuracy.py compares memory through the profiler.
+The step runs as the plan traced it (our own models in channels_last with bf16 batches under bf16, as `gpufeed
+train` feeds them; a user's model as a plain loop), and its peak memory is measured by a path that shares
+nothing with the planner's tracing:
+- CUDA: the allocator's own peak, `torch.cuda.max_memory_allocated` (it leaves out the CUDA context, which the
+  plan adds as overhead, so the context is taken off the prediction);
+- CPU: the steps run under `torch.profiler.profile(profile_memory=True)`; the CPU allocator reports every
+  allocation and free, and model, optimizer and batch are all allocated inside the profile, so the running sum
+  of those events is the live total; the peak is its maximum within the steps after the first (the first
+  creates the optimizer state). The prediction is then the plan's trace for the CPU (CPU optimizer defaults
+  and autocast rules, no CUDA context or rounding).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from gpufeed.plan.memory import CUDA_CONTEXT_BYTES
-from gpufeed.plan.run import Plan, model_factory
+from gpufeed.measure.quiet import without_kineto_noise
+from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory
+from gpufeed.plan.run import Plan, model_factory, trace_options
 
 OPTIMIZER_CLASSES = {"sgd": lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9),
                      "adam": lambda p: torch.optim.Adam(p, lr=1e-3), "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3)}
 AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+STEP_MARK = "gpufeed check step {}"
+# the profiler slows small operators; when the profiled run took less than this, the steps are timed again
+# without it (a large model's step is timed under it: its operators are long, the profiler's cost is small)
+UNPROFILED_RETIME_S = 10.0
 
 
 def _step(model, optimizer, inputs, labels, precision: str, device: torch.device) -> None:
@@ -29,22 +42,58 @@ def _step(model, optimizer, inputs, labels, precision: str, device: torch.device
     optimizer.step()
 
 
+def profiled_cpu_peak(run: Callable[[], None], marks: set[str]) -> int:
+    """Run `run` under the profiler with memory events; the largest live total of the CPU allocator while a
+    `record_function` range named in `marks` was open."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    with without_kineto_noise(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
+        run()
+    events, pending = [], list(profiler.profiler.kineto_results.experimental_event_tree())
+    while pending:
+        event = pending.pop()
+        events.append(event)
+        pending.extend(event.children)
+    windows = [(event.start_time_ns, event.end_time_ns) for event in events if event.name in marks]
+    if not windows:
+        raise RuntimeError(f"none of the marked ranges {sorted(marks)} was recorded")
+    allocations = sorted((e for e in events if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns)
+    live, peak = 0, 0
+    for event in allocations:
+        live += event.extra_fields.alloc_size  # negative for a free
+        if any(start <= event.start_time_ns <= end for start, end in windows):
+            peak = max(peak, live)
+    return peak
+
+
 def check_plan(plan: Plan, steps: int = 3) -> dict:
     """Predicted against measured peak memory and step time on the device present (CUDA, else the CPU)."""
+    from torch.profiler import record_function
+
     request = plan.request
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.float64 if request.precision == "fp64" else torch.float32
+    options = trace_options(request)
+    channels_last = bool(options.get("channels_last")) and len(request.input_shape) == 3
+    input_dtype = options.get("input_dtype") or dtype
     factory = model_factory(request.model, request.input_shape, request.num_classes)
     timings: list[float] = []
+    timed_under_profiler = False
 
     def run_steps() -> None:  # everything is allocated in here, so the CPU profiler sees all of it
         model = factory().to(device, dtype)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
         optimizer = OPTIMIZER_CLASSES[request.optimizer](model.parameters())
-        inputs = torch.randn(request.batch_size, *request.input_shape, device=device, dtype=dtype)
+        inputs = torch.randn(request.batch_size, *request.input_shape, device=device).to(input_dtype)
+        if channels_last:
+            inputs = inputs.contiguous(memory_format=torch.channels_last)
         labels = torch.randint(0, request.num_classes, (request.batch_size,), device=device)
-        for _ in range(steps):
+        for step in range(steps):
             started = time.perf_counter()
-            _step(model, optimizer, inputs, labels, request.precision, device)
+            with record_function(STEP_MARK.format(step)):
+                _step(model, optimizer, inputs, labels, request.precision, device)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             timings.append(time.perf_counter() - started)
@@ -56,16 +105,25 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
         predicted = plan.memory.peak_bytes - CUDA_CONTEXT_BYTES  # the allocator counts its rounding, not the context
         how = "torch.cuda.max_memory_allocated (without the CUDA context)"
     else:
-        run_steps()
-        measured, predicted = None, None
-        how = ("not measured on the CPU by --check (the CPU allocator keeps no peak statistic); "
-               "benchmarks/plan_accuracy.py measures it through the profiler")
+        started = time.perf_counter()
+        measured = profiled_cpu_peak(run_steps, {STEP_MARK.format(step) for step in range(1, steps)})
+        if time.perf_counter() - started < UNPROFILED_RETIME_S:  # cheap: time the steps again without the profiler
+            timings.clear()
+            run_steps()
+        else:
+            timed_under_profiler = True
+        predicted = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
+                                    optimizer=request.optimizer, precision=request.precision, device_type="cpu",
+                                    **options).peak_bytes
+        how = ("the CPU allocator's live total under torch.profiler(profile_memory=True), steps 2 on, against the "
+               "plan traced for the CPU (no CUDA context)")
     step_s = sorted(timings)[len(timings) // 2]
+    timing_note = " under the profiler" if timed_under_profiler else ""
     error = (predicted - measured) / measured if measured else None
     memory_line = (f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, measured "
-                   f"{measured / 2**20:,.1f} MiB ({error:+.1%}; {how})" if measured else f"peak memory: {how}")
+                   f"{measured / 2**20:,.1f} MiB ({error:+.1%}; {how})")
     lines = [memory_line,
-             f"step time on {device}: {step_s * 1e3:,.1f} ms measured (median of {steps}), "
+             f"step time on {device}: {step_s * 1e3:,.1f} ms measured{timing_note} (median of {steps}), "
              f"{request.batch_size / step_s:,.0f} samples/s"]
     return {"device": str(device), "predicted_peak_bytes": predicted, "measured_peak_bytes": measured,
             "error_fraction": error, "measured_step_s": step_s, "method": how, "lines": lines}

@@ -130,7 +130,7 @@ def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
     factory = model_factory(request.model, request.input_shape, request.num_classes)
     model = factory()
     params = sum(parameter.numel() for parameter in model.parameters())
-    trace = _trace_options(request)
+    trace = trace_options(request)
     memory = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
                              optimizer=request.optimizer, precision=request.precision, device_type="cuda", **trace)
     mfu = _calibration(factory, request, unmeasured) if calibrate else None
@@ -155,7 +155,7 @@ def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
                 unmeasured=unmeasured)
 
 
-def _trace_options(request: PlanRequest) -> dict:
+def trace_options(request: PlanRequest) -> dict:
     """Our own models are planned as `gpufeed train` runs them: channels_last images, bf16 batches under bf16
     (the feed delivers them so); a user's model as a plain loop would feed it."""
     if request.model not in MODELS:
