@@ -6,7 +6,14 @@ import argparse
 
 from rich.table import Table
 
-from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document
+from gpufeed.cli.output import (
+    add_html_flag,
+    add_json_flag,
+    check_output_paths,
+    console,
+    emit_document,
+    error_console,
+)
 from gpufeed.errors import ConfigError
 
 EXAMPLES = """examples:
@@ -112,12 +119,15 @@ def run(args) -> int:
     if args.gpus is not None and args.gpus <= 0:
         raise ConfigError(f"--gpus must be positive, got {args.gpus}")
     check_output_paths(args, inputs=(args.data,) if args.data else ())
-    plan = make_plan(_request(args))
+    status = error_console if args.json == "-" else console
+    with status.status("planning: tracing one training step on fake tensors"):
+        plan = make_plan(_request(args))
     document = plan_json(plan)
     if args.check:
         from gpufeed.plan.check import check_plan
 
-        document["check"] = check_plan(plan)
+        with status.status(f"checking: running {plan.request.model} for 3 steps here, peak memory and time"):
+            document["check"] = check_plan(plan)
     if args.json != "-":
         _show(plan)
         if "check" in document:
