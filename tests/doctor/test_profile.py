@@ -165,9 +165,9 @@ def test_the_scripts_own_profiler_is_left_alone():
 
 
 def test_kineto_usdt_lines_are_dropped_and_every_other_line_is_kept(capfd):
-    from gpufeed.doctor.profile import _without_kineto_noise
+    from gpufeed.measure.quiet import without_kineto_noise
 
-    with _without_kineto_noise():
+    with without_kineto_noise():
         os.write(2, b"USDT:2026-11-30 06:15:22 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
         os.write(2, b"the script's own warning\n")
     os.write(2, b"after\n")

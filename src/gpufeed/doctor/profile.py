@@ -22,23 +22,21 @@ times are the profiled loop's, and kernel durations carry none of the host's ove
 watched step time). The doctor's own per-module hooks (the forward step clock) count as time outside operators.
 When the script's own torch.profiler is recording, ours does not start (a reason in `unmeasured`); one the script
 starts while ours runs (or that is in its schedule's wait phase when ours starts) conflicts with ours. kineto in
-torch 2.13 prints "USDT ... profiler_start/stop" lines on standard error: `_without_kineto_noise` holds file
-descriptor 2 in a temporary file while the profiler is called and writes back every other line.
+torch 2.13 prints "USDT ... profiler_start/stop" lines on standard error: `measure/quiet.py` holds file descriptor
+2 in a temporary file while the profiler is called and writes back every other line.
 """
 
 from __future__ import annotations
 
-import contextlib
 import inspect
-import os
 import statistics
-import sys
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import torch
+
+from gpufeed.measure.quiet import without_kineto_noise
 
 # Holistic Trace Analysis, "CUDA kernel launch statistics": a launch costs the CPU 5-20 us; a kernel shorter than
 # that cannot hide the next launch, so a run of them leaves the device waiting on the host. We take the upper end.
@@ -220,28 +218,6 @@ def can_trace_cuda() -> bool:
     return ProfilerActivity.CUDA in supported_activities()
 
 
-@contextlib.contextmanager
-def _without_kineto_noise():
-    """Run a profiler call with standard error (fd 2) captured; write back all but kineto's USDT lines."""
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError):  # no real fd 2 (an embedded interpreter): leave it alone
-        yield
-        return
-    with tempfile.TemporaryFile() as captured:
-        os.dup2(captured.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            captured.seek(0)
-            kept = [line for line in captured.read().splitlines(keepends=True) if not line.startswith(b"USDT:")]
-            if kept:
-                os.write(2, b"".join(kept))
-
-
 class StepProfiler:
     """torch.profiler over 1 warm-up step and `steps` recorded ones. `start()` at a step boundary, `step()` at
     each later one (True once the last recorded step has ended), `finish(reason)` for the summary; each of them
@@ -266,7 +242,7 @@ class StepProfiler:
         try:
             self._profiler = profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=self.steps,
                                                                               repeat=1), **options)
-            with _without_kineto_noise():
+            with without_kineto_noise():
                 self._profiler.start()
         except Exception as error:  # another profiler running, a build without kineto: say so, go on
             self._fail(error)
@@ -279,7 +255,7 @@ class StepProfiler:
         if self._marks > self.steps:  # the last recorded step ended: the trace is collected in finish()
             return True
         try:
-            with _without_kineto_noise():
+            with without_kineto_noise():
                 self._profiler.step()
         except Exception as error:
             self._fail(error)
@@ -292,7 +268,7 @@ class StepProfiler:
         steps: list[ProfiledStep] = []
         if self._profiler is not None:
             try:
-                with warnings.catch_warnings(), _without_kineto_noise():  # "Incorrect schedule" if stopped early
+                with warnings.catch_warnings(), without_kineto_noise():  # "Incorrect schedule" if stopped early
                     warnings.simplefilter("ignore")
                     self._profiler.__exit__(None, None, None)
                 steps = analyse(trace_events(self._profiler), recorded, self.cuda) if recorded else []
@@ -311,7 +287,7 @@ class StepProfiler:
         self.failure = f"torch.profiler failed ({type(error).__name__}: {str(error).strip()[:160]})"
         if self._profiler is not None:
             try:
-                with warnings.catch_warnings(), _without_kineto_noise():
+                with warnings.catch_warnings(), without_kineto_noise():
                     warnings.simplefilter("ignore")
                     self._profiler.__exit__(None, None, None)
             except Exception:  # already broken: nothing more to undo
