@@ -53,6 +53,7 @@ def _device_seconds(regions: list) -> float:
     of the patched calls, so reading them does not count as a stall)."""
     total_ms = 0.0
     for start, end in regions:
+        start.synchronize()  # both: a start recorded on another stream (a script's side stream) may lag the end
         end.synchronize()
         total_ms += start.elapsed_time(end)
     return total_ms / 1000.0

@@ -38,7 +38,9 @@ class DeviceBusyTimer:
             return None
         if not self._pairs:
             return 0.0
-        self._pairs[-1][1].synchronize()
+        for start, end in self._pairs:  # each event must be complete for elapsed_time, whatever stream it was on
+            start.synchronize()
+            end.synchronize()
         busy_ms = sum(start.elapsed_time(end) for start, end in self._pairs)
         self._pairs.clear()
         return busy_ms / 1000.0
