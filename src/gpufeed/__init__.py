@@ -19,7 +19,7 @@ _LAZY = {
     "TrainConfig": ("gpufeed.train.config", "TrainConfig"),
     "TrainResult": ("gpufeed.train.events", "TrainResult"),
     "probe_machine": ("gpufeed.hardware.probe", "probe_machine"),
-    "watch": ("gpufeed.doctor.watch", "watch"),
+    "watch": ("gpufeed.doctor.wrapper", "watch"),
 }
 
 

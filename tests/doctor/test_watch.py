@@ -13,7 +13,8 @@ from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader, Dataset
 
 from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.watch import Watcher, batch_size_of, watch
+from gpufeed.doctor.watch import Watcher, batch_size_of
+from gpufeed.doctor.wrapper import watch
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

@@ -1,7 +1,8 @@
 """Watch a training loop: one `StepRecord` per step, saying where the step's wall time went.
 
 The `Watcher` is told about events (a batch handed out after a wait, a host-to-device copy, a host wait on the
-device, a step boundary) by the instrumentation in inject.py or by the `watch()` wrapper; it keeps the records.
+device, a step boundary) by the instrumentation in inject.py or by the `watch()` wrapper (wrapper.py); it keeps
+the records.
 
 Step boundaries come from four sources, in priority order: `w.step()` ("manual"), an optimizer step (the global
 post-hook: "optimizer"), the loader handing out a batch ("loader"), and the outermost module's forward that
@@ -30,7 +31,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -39,24 +40,11 @@ from gpufeed.doctor.clock import batch_size_of as batch_size_of  # re-exported: 
 from gpufeed.doctor.profile import PROFILE_STEPS, ProfileSummary, StepProfiler, cuda_traced
 from gpufeed.measure.sampler import HostSampler
 from gpufeed.measure.steps import HostSample, StepRecord
-
-if TYPE_CHECKING:
-    from gpufeed.doctor.wrapper import Watch
+from gpufeed.measure.timers import event_pairs_seconds
 
 SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
               "sync_s": 0.0, "batch_size": None, "float64_ops": 0}
-
-
-def _device_seconds(regions: list) -> float:
-    """Seconds between each pair of CUDA events, summed (waits for each end event: Event.synchronize is not one
-    of the patched calls, so reading them does not count as a stall)."""
-    total_ms = 0.0
-    for start, end in regions:
-        start.synchronize()  # both: a start recorded on another stream (a script's side stream) may lag the end
-        end.synchronize()
-        total_ms += start.elapsed_time(end)
-    return total_ms / 1000.0
 
 
 class Watcher:
@@ -245,7 +233,7 @@ class Watcher:
     @property
     def records(self) -> list[StepRecord]:
         """The watched steps (on CUDA this waits for the events it reads)."""
-        return [StepRecord(**fields, kernel_launches=None, compute_s=_device_seconds(regions) if regions else None)
+        return [StepRecord(**fields, kernel_launches=None, compute_s=event_pairs_seconds(regions) if regions else None)
                 for fields, regions, _ in self._raw]
 
     @property
@@ -306,13 +294,3 @@ class Watcher:
         from gpufeed.doctor.rules import diagnose
 
         return diagnose(self.records, self.samples, self.context(script_error, unmeasured))
-
-
-def watch(iterable: Iterable | None = None, *, steps: int = 50, warmup: int = 5,
-          profile_steps: int = PROFILE_STEPS) -> Watch:
-    """Watch a training loop from inside it: `for batch in watch(loader): ...`, or `with watch() as w: ...
-    w.step()`. Records `steps` steps after `warmup`, profiles `profile_steps` more (0: none), then stops;
-    `.records` and `.report()` any time."""
-    from gpufeed.doctor.wrapper import Watch
-
-    return Watch(iterable, steps, warmup, profile_steps)

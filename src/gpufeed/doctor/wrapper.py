@@ -76,3 +76,11 @@ class Watch:
     def report(self):
         """The doctor's Report (`rules.diagnose`) on the steps watched so far."""
         return self.watcher.report()
+
+
+def watch(iterable: Iterable | None = None, *, steps: int = 50, warmup: int = 5,
+          profile_steps: int = PROFILE_STEPS) -> Watch:
+    """Watch a training loop from inside it: `for batch in watch(loader): ...`, or `with watch() as w: ...
+    w.step()`. Records `steps` steps after `warmup`, profiles `profile_steps` more (0: none), then stops;
+    `.records` and `.report()` any time."""
+    return Watch(iterable, steps, warmup, profile_steps)
