@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.profiler import record_function
 
+from gpufeed.hardware.na import is_na
 from gpufeed.plan.check import profiled_cpu_peak
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory
 from gpufeed.train.models import build_model
@@ -144,7 +145,10 @@ def measured_peak_cpu(case: Case) -> int:
                 train_step(model, optimizer, inputs, labels, case)
         del model, optimizer, inputs, labels
 
-    return profiled_cpu_peak(run, {"step 1"})
+    peak = profiled_cpu_peak(run, {"step 1"})
+    if is_na(peak):
+        raise SystemExit(f"plan_accuracy: cannot measure the CPU peak: {peak.reason}")
+    return peak
 
 
 def measured_peak_cuda(case: Case) -> int:

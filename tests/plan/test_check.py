@@ -3,9 +3,11 @@ CPU trace against that measurement."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch.profiler import record_function
 
+from gpufeed.hardware.na import is_na
 from gpufeed.plan.check import check_plan, profiled_cpu_peak
 from gpufeed.plan.run import PlanRequest, make_plan
 
@@ -26,13 +28,17 @@ def test_the_peak_is_the_largest_live_total_inside_the_marked_ranges(capfd):
     assert "USDT" not in capfd.readouterr().err  # kineto's start/stop lines are filtered out
 
 
-def test_a_mark_that_never_ran_is_an_error():
-    try:
-        profiled_cpu_peak(lambda: torch.empty(10), {"never"})
-    except RuntimeError as error:
-        assert "never" in str(error)
-    else:
-        raise AssertionError("no error for a mark that was not recorded")
+def test_a_mark_that_never_ran_is_na_with_the_reason():
+    measured = profiled_cpu_peak(lambda: torch.empty(10), {"never"})
+    assert is_na(measured) and "['never']" in measured.reason
+
+
+def test_an_error_of_the_step_itself_propagates():
+    def run():
+        raise ValueError("the model failed")
+
+    with pytest.raises(ValueError, match="the model failed"):
+        profiled_cpu_peak(run, {"marked"})
 
 
 def test_check_on_the_cpu_measures_memory_close_to_the_cpu_trace():

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from gpufeed.hardware.na import NA, is_na
 from gpufeed.measure.quiet import without_kineto_noise
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory
 from gpufeed.plan.run import Plan, model_factory, trace_options
@@ -42,27 +43,33 @@ def _step(model, optimizer, inputs, labels, precision: str, device: torch.device
     optimizer.step()
 
 
-def profiled_cpu_peak(run: Callable[[], None], marks: set[str]) -> int:
+def profiled_cpu_peak(run: Callable[[], None], marks: set[str]) -> int | NA:
     """Run `run` under the profiler with memory events; the largest live total of the CPU allocator while a
-    `record_function` range named in `marks` was open."""
-    from torch._C._profiler import _EventType
+    `record_function` range named in `marks` was open. An exception of `run` propagates; a trace that cannot be
+    read (a torch without these profiler internals, no marked range recorded) is NA with the reason."""
     from torch.profiler import ProfilerActivity, profile
 
     with without_kineto_noise(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as profiler:
         run()
-    events, pending = [], list(profiler.profiler.kineto_results.experimental_event_tree())
-    while pending:
-        event = pending.pop()
-        events.append(event)
-        pending.extend(event.children)
-    windows = [(event.start_time_ns, event.end_time_ns) for event in events if event.name in marks]
+    try:
+        from torch._C._profiler import _EventType
+
+        events, pending = [], list(profiler.profiler.kineto_results.experimental_event_tree())
+        while pending:
+            event = pending.pop()
+            events.append(event)
+            pending.extend(event.children)
+        windows = [(event.start_time_ns, event.end_time_ns) for event in events if event.name in marks]
+        allocations = sorted((e for e in events if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns)
+        sizes = [(event.start_time_ns, event.extra_fields.alloc_size) for event in allocations]
+    except (AttributeError, ImportError, RuntimeError) as error:
+        return NA(f"the profiler's memory events could not be read in torch {torch.__version__} ({error})")
     if not windows:
-        raise RuntimeError(f"none of the marked ranges {sorted(marks)} was recorded")
-    allocations = sorted((e for e in events if e.tag == _EventType.Allocation), key=lambda e: e.start_time_ns)
+        return NA(f"none of the marked ranges {sorted(marks)} was recorded by the profiler")
     live, peak = 0, 0
-    for event in allocations:
-        live += event.extra_fields.alloc_size  # negative for a free
-        if any(start <= event.start_time_ns <= end for start, end in windows):
+    for start_ns, size in sizes:
+        live += size  # negative for a free
+        if any(start <= start_ns <= end for start, end in windows):
             peak = max(peak, live)
     return peak
 
@@ -107,7 +114,7 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
     else:
         started = time.perf_counter()
         measured = profiled_cpu_peak(run_steps, {STEP_MARK.format(step) for step in range(1, steps)})
-        if time.perf_counter() - started < UNPROFILED_RETIME_S:  # cheap: time the steps again without the profiler
+        if time.perf_counter() - started < UNPROFILED_RETIME_S or is_na(measured):  # time again, unprofiled
             timings.clear()
             run_steps()
         else:
@@ -117,11 +124,14 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
                                     **options).peak_bytes
         how = ("the CPU allocator's live total under torch.profiler(profile_memory=True), steps 2 on, against the "
                "plan traced for the CPU (no CUDA context)")
+        if is_na(measured):
+            measured, how = None, f"not measured: {measured.reason}"
     step_s = sorted(timings)[len(timings) // 2]
     timing_note = " under the profiler" if timed_under_profiler else ""
     error = (predicted - measured) / measured if measured else None
     memory_line = (f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, measured "
-                   f"{measured / 2**20:,.1f} MiB ({error:+.1%}; {how})")
+                   f"{measured / 2**20:,.1f} MiB ({error:+.1%}; {how})" if measured else
+                   f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, {how}")
     lines = [memory_line,
              f"step time on {device}: {step_s * 1e3:,.1f} ms measured{timing_note} (median of {steps}), "
              f"{request.batch_size / step_s:,.0f} samples/s"]
