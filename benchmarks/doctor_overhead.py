@@ -26,7 +26,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gpufeed.doctor.inject import Instrumentation
+from gpufeed.doctor.hooks import Instrumentation
 from gpufeed.doctor.watch import Watcher
 from gpufeed.train.models import build_model
 

@@ -28,7 +28,7 @@ from gpufeed.data.builtin import CLASSES, make_builtin
 from gpufeed.data.feed import Feed
 from gpufeed.data.pack import pack_arrays
 from gpufeed.data.reader import open_packed
-from gpufeed.measure.timers import DeviceBusyTimer
+from gpufeed.measure.timing import DeviceBusyTimer
 from gpufeed.train.models import build_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

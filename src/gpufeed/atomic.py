@@ -58,6 +58,19 @@ def _fsync_folder(folder: Path) -> None:
             os.close(descriptor)
 
 
+def finish_temporary(handle: BinaryIO, temporary: Path, destination: Path) -> None:
+    """Flush, fsync and close `handle` (open on `temporary`), rename it onto `destination`, fsync the folder.
+
+    The one ending of every atomic write here: `atomic_open` and writers that stream a large file through
+    their own temporary (`data.writer.PackWriter`) both finish with it.
+    """
+    handle.flush()
+    os.fsync(handle.fileno())
+    handle.close()
+    os.replace(temporary, destination)
+    _fsync_folder(destination.parent)
+
+
 @contextlib.contextmanager
 def atomic_open(destination: str | os.PathLike, mode: str = "wb") -> Iterator[BinaryIO]:
     """Open a temporary file for writing; on clean exit fsync and rename it onto `destination`.
@@ -69,11 +82,7 @@ def atomic_open(destination: str | os.PathLike, mode: str = "wb") -> Iterator[Bi
     handle = open(temporary, mode)  # noqa: SIM115 - closed below on every path
     try:
         yield handle
-        handle.flush()
-        os.fsync(handle.fileno())
-        handle.close()
-        os.replace(temporary, destination)
-        _fsync_folder(destination.parent)
+        finish_temporary(handle, temporary, destination)
     except BaseException:
         handle.close()
         with contextlib.suppress(OSError):

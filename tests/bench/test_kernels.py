@@ -9,10 +9,9 @@ from gpufeed.bench.kernels import (
     conv_benchmark,
     count_flops,
     matmul_sweep,
-    tf32_flags,
-    tf32_switched,
 )
 from gpufeed.bench.results import PRECISIONS
+from gpufeed.bench.tf32 import tf32_flags, tf32_switched
 from gpufeed.hardware.na import NA
 
 QUICK = {"repeats": 3, "warmup": 1, "min_seconds": 0.0}

@@ -75,7 +75,7 @@ def test_precision_runs_fp32_and_fp64_on_cpu(tmp_path, monkeypatch):
     assert len(unmeasured) == 1 and "tf32" in unmeasured[0]
     for run in runs:
         assert run.device == "cpu" and run.steps > 0 and run.seconds > 0
-        assert math.isfinite(run.test_loss) and 0.0 <= run.test_accuracy <= 1.0
+        assert math.isfinite(run.validation_loss) and 0.0 <= run.validation_accuracy <= 1.0
     assert runs[0].steps == runs[1].steps
 
 

@@ -8,8 +8,8 @@ import torch
 
 from gpufeed.data import augment
 from gpufeed.data.feed import Feed
-from gpufeed.data.format import PackWriter
 from gpufeed.data.order import epoch_order
+from gpufeed.data.writer import PackWriter
 from gpufeed.errors import ConfigError, DeviceUnavailable, FormatError, StagingError
 
 

@@ -6,8 +6,9 @@ import struct
 import numpy as np
 import pytest
 
-from gpufeed.data.format import MAGIC, PackWriter, read_header, verify_checksums
+from gpufeed.data.format import MAGIC, read_header, verify_checksums
 from gpufeed.data.reader import open_packed
+from gpufeed.data.writer import PackWriter
 from gpufeed.errors import ConfigError, FormatError
 
 

@@ -14,7 +14,7 @@ import torch
 from gpufeed.hardware import gpm, nvml
 from gpufeed.hardware.na import NA, is_na
 from gpufeed.measure import sampler as sampler_module
-from gpufeed.measure.sampler import GPM_SUBJECT, GpuReader, HostSampler, Sampler
+from gpufeed.measure.sampler import GPM_SUBJECT, GpuReader, Sampler
 
 SM_UTIL, SM_OCCUPANCY, ANY_TENSOR = 2, 3, 5  # NVML_GPM_METRIC_* in nvml.h
 VALUES = {SM_UTIL: 37.5, SM_OCCUPANCY: 12.25, ANY_TENSOR: 61.0}  # percent, what the fake's windows report
@@ -264,7 +264,7 @@ def cuda_started(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_doctors_sampler_carries_gpm_power_and_clock(install, cuda_started) -> None:
     fake = install(FakeNvml())
-    host = HostSampler(time.perf_counter(), interval_s=0.02)
+    host = Sampler(torch.device("cuda"), interval_s=0.02, keep_samples_from_s=time.perf_counter())
     _wait_for(lambda: sum(sample.sm_activity_percent is not None for sample in host.samples) >= 3)
     host.close()
     samples = host.samples
@@ -276,7 +276,7 @@ def test_the_doctors_sampler_carries_gpm_power_and_clock(install, cuda_started) 
     assert all((sample.power_w, sample.sm_clock_mhz, sample.gpu_utilization_percent, sample.gpu_memory_used_bytes)
                == (312.5, 1755, 97.0, 3 * 2**30) for sample in samples)
     assert len(fake.pairs) >= 1 and sorted(fake.freed) == fake.allocated  # every GPM sample freed at close
-    assert host.unmeasured == [] and host.reader.unmeasured is host.unmeasured
+    assert host.unmeasured == []
 
 
 @pytest.mark.parametrize("fake, reason", [
@@ -286,7 +286,7 @@ def test_the_doctors_sampler_carries_gpm_power_and_clock(install, cuda_started) 
 ])
 def test_without_gpm_the_doctors_samples_have_none_and_one_reason(install, cuda_started, fake, reason) -> None:
     install(fake)
-    host = HostSampler(time.perf_counter(), interval_s=0.02)
+    host = Sampler(torch.device("cuda"), interval_s=0.02, keep_samples_from_s=time.perf_counter())
     _wait_for(lambda: len(host.samples) >= 15)  # 0.3 s or more: room for a GPM window had there been one
     host.close()
     assert len(host.samples) >= 15
@@ -296,10 +296,9 @@ def test_without_gpm_the_doctors_samples_have_none_and_one_reason(install, cuda_
     assert host.unmeasured == [f"{GPM_SUBJECT}: {reason}"]
 
 
-def test_the_train_sampler_averages_the_windows_of_the_interval(install, monkeypatch) -> None:
+def test_the_train_sampler_averages_the_windows_of_the_interval(install, cuda_started) -> None:
     fake = install(FakeNvml(sm_values=[10.0 * (index + 1) for index in range(1000)]))
-    monkeypatch.setattr(sampler_module, "nvml_index_for_cuda", lambda cuda_index: 0)
-    sampler = Sampler(torch.device("cuda"), interval_s=0.02)  # touches no CUDA itself: NVML only
+    sampler = Sampler(torch.device("cuda", 0), interval_s=0.02)  # touches no CUDA itself: NVML only
     _wait_for(lambda: len(fake.sm_returned) >= 3)
     sampler.close()
     sample = sampler.take()
@@ -309,3 +308,14 @@ def test_the_train_sampler_averages_the_windows_of_the_interval(install, monkeyp
     assert sample.gpu_utilization_percent == 97.0
     assert sorted(fake.freed) == fake.allocated
     assert sampler.unmeasured == []
+    assert sampler.samples == []  # without keep_samples_from_s nothing piles up over a long run
+
+
+def test_a_rank_samples_its_own_gpu_not_device_0(install, cuda_started, monkeypatch) -> None:
+    install(FakeNvml())
+    asked = []
+    monkeypatch.setattr(sampler_module, "nvml_index_for_cuda", lambda cuda_index: asked.append(cuda_index) or 0)
+    sampler = Sampler(torch.device("cuda", 1), interval_s=0.02)  # rank 1 of a torchrun job
+    _wait_for(lambda: sampler._device is not None)
+    sampler.close()
+    assert asked == [1] and sampler._device.index == 0  # torch's cuda:1 is whatever NVML index its UUID has

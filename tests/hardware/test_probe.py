@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from gpufeed.hardware import nvml, probe
+from gpufeed.hardware.cpu import parse_cpu_flags
 from gpufeed.hardware.na import NA, is_na
 
 X86_CPUINFO = """\
@@ -48,10 +49,10 @@ def test_na_is_falsy_and_recognised() -> None:
 
 
 def test_parse_cpu_flags_reads_the_first_processor() -> None:
-    flags = probe.parse_cpu_flags(X86_CPUINFO)
+    flags = parse_cpu_flags(X86_CPUINFO)
     assert flags == ("fpu", "sse", "sse2", "avx", "avx512f", "avx512bw", "amx_tile", "amx_int8")
-    assert probe.parse_cpu_flags(ARM_CPUINFO)[-1] == "sve"
-    assert is_na(probe.parse_cpu_flags("processor : 0\nmodel name : something\n"))
+    assert parse_cpu_flags(ARM_CPUINFO)[-1] == "sve"
+    assert is_na(parse_cpu_flags("processor : 0\nmodel name : something\n"))
 
 
 def test_probe_cpu_on_a_sample_cpuinfo(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The timers and the background sampler, on the CPU."""
+"""The loop timers (timing.py) and the background sampler, on the CPU."""
 
 import time
 from types import SimpleNamespace
@@ -8,8 +8,8 @@ import torch
 
 from gpufeed.hardware.na import NA
 from gpufeed.measure import sampler as sampler_module
-from gpufeed.measure.sampler import HostReader, HostSampler, Sampler
-from gpufeed.measure.timers import DeviceBusyTimer, Stopwatch
+from gpufeed.measure.sampler import HostReader, Sampler, rank_cuda_index
+from gpufeed.measure.timing import DeviceBusyTimer, Stopwatch
 
 
 def test_stopwatch_accumulates_a_known_sleep():
@@ -87,7 +87,7 @@ def test_the_doctors_sampler_reads_no_gpu_before_the_script_starts_cuda(monkeypa
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # a GPU the script has not touched yet
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     monkeypatch.setattr(sampler_module, "nvml_index_for_cuda", lambda index: asked.append(index) or 0)
-    host = HostSampler(time.perf_counter(), interval_s=0.02)
+    host = Sampler(torch.device("cuda"), interval_s=0.02, keep_samples_from_s=time.perf_counter())
     deadline = time.monotonic() + 2.0
     while len(host.samples) < 3 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -103,7 +103,7 @@ def test_a_cuda_device_nvml_cannot_match_is_one_reason(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     monkeypatch.setattr(sampler_module, "nvml_index_for_cuda", lambda index: NA("NVML not available: no driver"))
-    host = HostSampler(time.perf_counter(), interval_s=0.02)
+    host = Sampler(torch.device("cuda"), interval_s=0.02, keep_samples_from_s=time.perf_counter())
     deadline = time.monotonic() + 2.0
     while len(host.samples) < 3 and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -111,3 +111,33 @@ def test_a_cuda_device_nvml_cannot_match_is_one_reason(monkeypatch):
     assert len(host.samples) >= 3 and all(sample.power_w is None for sample in host.samples)
     lines = [line for line in host.unmeasured if "NVML" in line]
     assert lines == ["GPU readings (NVML): NVML not available: no driver"]  # once, though every sample lacked it
+
+
+def test_rank_cuda_index_is_the_given_index_else_this_ranks(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    assert rank_cuda_index(torch.device("cuda", 1)) == 1
+    assert rank_cuda_index(torch.device("cuda")) == 0
+    monkeypatch.setenv("LOCAL_RANK", "1")  # torchrun's second process on this machine
+    assert rank_cuda_index(torch.device("cuda")) == 1
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # CUDA_VISIBLE_DEVICES left each rank one GPU
+    assert rank_cuda_index(torch.device("cuda")) == 0
+
+
+def test_rank_cuda_index_reads_the_current_device_once_cuda_started(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # the script called torch.cuda.set_device(3)
+    assert rank_cuda_index(torch.device("cuda")) == 3
+
+
+def test_a_sampler_without_a_device_reads_the_host_and_keeps_samples_when_asked():
+    sampler = Sampler(interval_s=0.02, keep_samples_from_s=time.perf_counter())
+    deadline = time.monotonic() + 2.0
+    while len(sampler.samples) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    sample = sampler.take()
+    sampler.close()
+    assert len(sampler.samples) >= 3 and all(reading.gpu_utilization_percent is None for reading in sampler.samples)
+    assert [reading.time_s for reading in sampler.samples] == sorted(reading.time_s for reading in sampler.samples)
+    assert sample.cpu_percent is not None and sample.ram_total_bytes == psutil.virtual_memory().total

@@ -37,10 +37,7 @@ def test_repeats_must_be_positive():
         time_call(lambda: None, "cpu", repeats=0)
 
 
-def test_bench_results_re_exports_timing():
-    from gpufeed.bench.results import Timing as BenchTiming
-
-    assert BenchTiming is Timing
+def test_spread_is_the_range_over_the_median():
     assert Timing(0.02, 0.01, 0.03, 3, 1, WALL_CLOCK_METHOD).spread == pytest.approx(1.0)
 
 

@@ -3,6 +3,8 @@ CPU trace against that measurement."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch.profiler import record_function
@@ -51,3 +53,17 @@ def test_check_on_the_cpu_measures_memory_close_to_the_cpu_trace():
     assert check["measured_peak_bytes"] > 4 * 1_707_274 * 4
     assert abs(check["error_fraction"]) <= 0.05  # measured here: 0.0%; benchmarks/plan_accuracy.py: within 3.1%
     assert "peak memory on cpu: predicted" in check["lines"][0]
+
+
+def test_check_measures_the_accumulating_loop_it_planned():
+    """SGD, so the peak is in the backward, where accumulation holds the earlier micro-batch's gradients: the
+    planned peak (grads_live) is above the plain loop's, and the real 2-micro-batch loop measures it."""
+    request = PlanRequest(model="mlp", input_shape=(3, 32, 32), num_classes=10, batch_size=64, optimizer="sgd",
+                          precision="fp32", dataset_size=50_000, epochs=1, grad_accumulation=2)
+    plan = make_plan(request, calibrate=False)
+    by_order = plan.memory.peak_bytes_by_order
+    assert plan.memory.peak_bytes == by_order["grads_live"] > by_order["grads_freed"]
+    check = check_plan(plan, steps=3)
+    assert abs(check["error_fraction"]) <= 0.02, check["lines"]
+    plain = check_plan(make_plan(replace(request, grad_accumulation=1), calibrate=False), steps=3)
+    assert check["measured_peak_bytes"] > plain["measured_peak_bytes"]  # the real loops differ as planned

@@ -67,29 +67,66 @@ def test_activations_of_a_small_mlp_by_hand():
     assert estimate.notes[0].startswith("peak in the backward")
 
 
-def test_zero_grad_after_the_forward_holds_the_last_gradients_through_it():
-    """As gpufeed train orders it: the peak moves to the end of the forward, with last step's gradients live:
-    input 1,536 + labels 64 + Linear1's output 8x16 512 (ReLU in place) + logits 128 + log-softmax 128 + loss 4 +
-    nll's total_weight 4."""
-    estimate = estimate_memory(small_mlp, SAMPLE, 8, 4, "sgd", "fp32", "cpu", zero_grad_after_forward=True)
-    assert estimate.activations_bytes == 1536 + 64 + 512 + 128 + 128 + 4 + 4
-    assert estimate.peak_bytes == 3 * 3408 + estimate.activations_bytes
-    assert estimate.notes[0].startswith("peak in the forward; live then: 3,408 gradient bytes")
+def test_accumulating_gradients_holds_them_through_the_forward_and_backward():
+    """grad_accumulation 2, SGD, batch 8: the second micro-batch runs with the first one's gradients (3,408) held,
+    and each new gradient is made beside them before it is added in. The peak is in the backward, when Linear1's
+    new weight and bias gradients exist: input 1,536 + labels 64 + logits 128 + loss 4 + loss / 2 4 + its root
+    gradient 4 + ReLU's input gradient 512 + new W1 gradient 3,072 + new b1 gradient 64. The first micro-batch
+    is the grads_freed step of test_activations_of_a_small_mlp_by_hand, plus the loss / 2 scalar."""
+    estimate = estimate_memory(small_mlp, SAMPLE, 8, 4, "sgd", "fp32", "cpu", grad_accumulation=2)
+    assert estimate.activations_bytes == 1536 + 64 + 128 + 4 + 4 + 4 + 512 + 3072 + 64 == 5388
+    assert estimate.peak_bytes == 3 * 3408 + 5388
+    assert estimate.peak_bytes_by_order == {"grads_freed": 3 * 3408 + 2248 + 4, "grads_live": 3 * 3408 + 5388}
+    assert estimate.grad_accumulation == 2 and "2 micro-batches" in estimate.step_order
+    plain = estimate_memory(small_mlp, SAMPLE, 8, 4, "sgd", "fp32", "cpu")
+    assert plain.peak_bytes == plain.peak_bytes_by_order["grads_freed"] == 3 * 3408 + 2248
+    assert plain.peak_bytes_by_order["grads_live"] > plain.peak_bytes  # reported, not planned
+    assert "zero_grad(set_to_none=True) before each forward" in plain.step_order
+
+
+def _measured_cpu_peak(factory, batch: int, precision: str, optimizer: str, accumulation: int) -> int:
+    """The CPU allocator's live total at its largest in steps 2 and 3 of the real step (plan --check's method)."""
+    from torch.profiler import record_function
+
+    from gpufeed.plan.check import profiled_cpu_peak
+    from gpufeed.train.step import Precision, TrainStep, make_optimizer, random_batch
+
+    def run() -> None:
+        model = factory()
+        step = TrainStep(model, make_optimizer(optimizer, model.parameters()), Precision(precision, ""), "cpu")
+        inputs, labels = random_batch(batch, SAMPLE, 4, "cpu", torch.float32, channels_last=False)
+        for index in range(3):
+            with record_function(f"step {index}"):
+                step.accumulate([(inputs, labels)] * accumulation, accumulation)
+
+    return profiled_cpu_peak(run, {"step 1", "step 2"})
+
+
+@pytest.mark.parametrize("hidden, batch, precision, optimizer, accumulation", [
+    ((16,), 8, "fp32", "sgd", 1), ((16,), 8, "fp32", "sgd", 2), ((256,), 1, "bf16", "adamw", 2),
+    ((64, 32), 16, "fp32", "adamw", 3)])
+def test_traced_peak_matches_the_allocator_on_a_real_step(hidden, batch, precision, optimizer, accumulation):
+    """The trace against an independent measurement: the CPU allocator's own events for the same loop run for
+    real. Within 64 bytes (the optimizer's scalar tensors, e.g. lr and step counts, are made outside the trace).
+    Left out: bf16 with SGD, whose peak is in a backward where this CPU's bf16 matmul allocates 16 KB of scratch
+    inside the kernel, which no trace of operators sees (the module's docstring)."""
+    factory = lambda: small_mlp(hidden)  # noqa: E731
+    estimate = estimate_memory(factory, SAMPLE, batch, 4, optimizer, precision, "cpu",
+                               grad_accumulation=accumulation)
+    measured = _measured_cpu_peak(factory, batch, precision, optimizer, accumulation)
+    assert abs(estimate.peak_bytes - measured) <= 64, (estimate.peak_bytes, measured)
 
 
 def test_bf16_counts_autocast_copies_of_the_weights():
-    """MLP 48 -> 256 -> 4, batch 1, bf16 autocast, gradients zeroed after the forward: the peak is the end of the
-    forward, while autocast's cache holds a bf16 copy of every weight (13,572 parameters x 2 bytes)."""
+    """MLP 48 -> 256 -> 4, batch 1, bf16 autocast: autocast's cache holds a bf16 copy of every weight (13,572
+    parameters x 2 bytes) through the forward; the master weights stay fp32."""
     params = 48 * 256 + 256 + 256 * 4 + 4
-    estimate = estimate_memory(lambda: small_mlp((256,)), SAMPLE, 1, 4, "sgd", "bf16", "cpu",
-                               zero_grad_after_forward=True)
+    estimate = estimate_memory(lambda: small_mlp((256,)), SAMPLE, 1, 4, "sgd", "bf16", "cpu")
     copies = 2 * params  # W1 24,576 + b1 512 + W2 2,048 + b2 8
-    batch = 48 * 4 + 8 + 48 * 2  # fp32 input, labels, the input's bf16 cast
-    # Linear1's output (bf16), logits (bf16), logits cast to fp32 for the loss, log-softmax, loss, total_weight
-    outputs = 256 * 2 + 4 * 2 + 4 * 4 + 4 * 4 + 4 + 4
     assert estimate.weights_bytes == 4 * params  # the fp32 master weights
-    assert estimate.activations_bytes == copies + batch + outputs == 28_000
     assert f"bf16 copies of the weights: {copies:,} bytes" in " ".join(estimate.notes)
+    fp32 = estimate_memory(lambda: small_mlp((256,)), SAMPLE, 1, 4, "sgd", "fp32", "cpu")
+    assert "copies of the weights" not in " ".join(fp32.notes)
 
 
 def test_cuda_target_adds_context_and_rounds_blocks_to_512_bytes():

@@ -61,3 +61,25 @@ def test_a_factory_that_raises(tmp_path, capsys):
     assert main(["plan", "--model", f"{source}:make", "--input", "3x8x8"]) == 2
     error = capsys.readouterr().err
     assert "RuntimeError: no weights file" in error and error.strip().count("\n") == 0
+
+
+def test_grad_accumulation_plans_the_accumulating_loop_and_says_so(capsys):
+    arguments = ["--model", "mlp", "--input", "3x32x32", "--precision", "fp32", "--optimizer", "sgd",
+                 "--batch-size", "64"]
+    plain = plan_json(capsys, arguments)["memory"]
+    accumulating = plan_json(capsys, [*arguments, "--grad-accumulation", "4"])
+    memory = accumulating["memory"]
+    assert plain["peak_bytes"] == plain["peak_bytes_by_order"]["grads_freed"]
+    assert memory["peak_bytes"] == memory["peak_bytes_by_order"]["grads_live"] > plain["peak_bytes"]
+    assert memory["grad_accumulation"] == 4 and "4 micro-batches" in memory["step_order"]
+    assert "before each forward" in plain["step_order"]
+    # four micro-batches of 64 per optimizer step: a quarter of the steps, each with four times the FLOPs
+    assert accumulating["compute"]["steps_per_epoch"] == 50_000 // 256
+    assert accumulating["flops_per_step"] == 4 * plan_json(capsys, arguments)["flops_per_step"]
+    assert main(["plan", *arguments, "--grad-accumulation", "4"]) == 0
+    assert "loop planned: gradient accumulation over 4 micro-batches" in capsys.readouterr().out
+
+
+def test_grad_accumulation_below_one_is_wrong_input(capsys):
+    assert main(["plan", "--model", "mlp", "--grad-accumulation", "0"]) == 2
+    assert "--grad-accumulation must be positive" in capsys.readouterr().err

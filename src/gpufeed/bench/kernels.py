@@ -20,12 +20,11 @@ from torch.utils.flop_counter import FlopCounterMode
 from gpufeed.bench.peak import NO_TF32_ON_CPUS
 from gpufeed.bench.results import PRECISIONS, KernelResult
 from gpufeed.bench.tf32 import tf32_flags
-from gpufeed.bench.tf32 import tf32_switched as tf32_switched  # re-exported: moved to tf32.py
 from gpufeed.hardware.na import NA, is_na
 from gpufeed.measure.timing import time_call
+from gpufeed.train.step import PRECISIONS as STEP_PRECISIONS
 
-DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
-          "fp16": torch.float16}
+DTYPES = {name: spec.compute_dtype for name, spec in STEP_PRECISIONS.items()}  # the matrix products' dtype
 CPU_SIZES = (128, 256, 512, 1024)  # quick: seconds on a few cores
 GPU_SIZES = (1024, 2048, 4096, 8192)
 MEMORY_FRACTION = 0.25  # the most of the free memory one measurement may allocate

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufeed.measure.timing import Timing as Timing  # re-exported: measure defines it, since bench imports measure
+from gpufeed.train.step import PRECISIONS as STEP_PRECISIONS
 
-# Precisions a benchmark may ask for, in the order they are shown.
-PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16")
+# Precisions a benchmark may ask for, in the order they are shown: the training step's table.
+PRECISIONS = tuple(STEP_PRECISIONS)  # fp64, fp32, tf32, bf16, fp16
 
 
 @dataclass(frozen=True)
@@ -64,8 +64,8 @@ class LinkResult:
 class PrecisionRun:
     precision: str
     device: str
-    test_accuracy: float
-    test_loss: float
+    validation_accuracy: float
+    validation_loss: float
     seconds: float
     steps: int
 

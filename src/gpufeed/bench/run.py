@@ -171,8 +171,8 @@ def summarise(result: BenchResult) -> list[str]:
     if "fp64" in by_precision and "fp32" in by_precision:
         double, single = by_precision["fp64"], by_precision["fp32"]
         sentences.append(f"fp64 took {double.seconds / single.seconds:.1f}x the time of fp32 for "
-                         f"{double.test_accuracy:.1%} against {single.test_accuracy:.1%} accuracy: single precision "
-                         f"suffices.")
+                         f"{double.validation_accuracy:.1%} against {single.validation_accuracy:.1%} accuracy: "
+                         f"single precision suffices.")
     sentences.append("These results stay on this machine: gpufeed uploads nothing.")
     return [sentence for sentence in sentences if sentence]
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from gpufeed.bench.kernels import tf32_flags
@@ -24,13 +23,12 @@ from gpufeed.measure.timing import time_call
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.loop import train
 from gpufeed.train.models import build_model
-from gpufeed.train.precision import Precision
+from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep, make_optimizer, prepare_model, random_batch
 
 SAMPLE_SHAPE = (3, 32, 32)  # (C, H, W), the built-in data's
 CLASSES = 10
 CPU_PRECISIONS = ("fp32", "bf16")  # what the step benchmark runs on a CPU unless told
 CUDA_PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
-TRAIN_PRECISIONS = ("fp64", "fp32", "bf16", "fp16")  # what `gpufeed train --precision` accepts
 
 
 def _check_precisions(precisions: Sequence[str] | None) -> None:
@@ -70,31 +68,16 @@ def tf32_mode(device: torch.device, enabled: bool) -> Iterator[None]:
 
 def make_train_step(model_name: str, device: torch.device, precision: str,
                     batch_size: int) -> tuple[Callable[[], None], nn.Module]:
-    """A training step of `model_name` on one fixed random batch (forward, cross entropy, backward, AdamW),
-    with the model it trains. Random inputs are drawn from the global RNG (seed it, or fork it, first)."""
+    """The training step of `gpufeed train` (train/step.py, AdamW at its defaults) for `model_name` on one fixed
+    random batch, with the model it trains. tf32 runs the fp32 step; the caller switches TF32 on (`tf32_mode`).
+    Random inputs are drawn from the global RNG (seed it, or fork it, first)."""
     _check_precisions([precision])
-    train_precision = Precision("fp32" if precision == "tf32" else precision, "benchmark")
-    model = build_model(model_name, SAMPLE_SHAPE, CLASSES)
-    model = model.to(device=device, dtype=train_precision.parameter_dtype, memory_format=torch.channels_last)
-    optimizer = torch.optim.AdamW(model.parameters())
-    scaler = train_precision.scaler(device)
-    images = torch.randn(batch_size, *SAMPLE_SHAPE, device=device, dtype=train_precision.input_dtype)
-    images = images.contiguous(memory_format=torch.channels_last)  # (B, C, H, W), channels_last
-    labels = torch.randint(0, CLASSES, (batch_size,), device=device)
-
-    def step() -> None:
-        with train_precision.autocast(device):
-            loss = F.cross_entropy(model(images), labels)  # (B, classes) -> ()
-        optimizer.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            optimizer.step()
-
-    return step, model
+    train_precision = Precision(precision, "benchmark")
+    model = prepare_model(build_model(model_name, SAMPLE_SHAPE, CLASSES), train_precision, device)
+    step = TrainStep(model, make_optimizer("adamw", model.parameters()), train_precision, device.type,
+                     scaler=train_precision.scaler(device.type))
+    images, labels = random_batch(batch_size, SAMPLE_SHAPE, CLASSES, device, train_precision.input_dtype)
+    return (lambda: step(images, labels)), model
 
 
 def _time_step(model_name: str, device: torch.device, precision: str, batch_size: int, repeats: int,
@@ -189,6 +172,7 @@ def precision_runs(device: torch.device | str, precisions: Sequence[str] = ("fp6
             first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
             unmeasured.append(f"precision run, {device} {precision}: {first_line}")
             continue
-        runs.append(PrecisionRun(precision=precision, device=str(device), test_accuracy=result.test_accuracy,
-                                 test_loss=result.test_loss, seconds=result.seconds, steps=result.steps))
+        runs.append(PrecisionRun(precision=precision, device=str(device),
+                                 validation_accuracy=result.validation_accuracy,
+                                 validation_loss=result.validation_loss, seconds=result.seconds, steps=result.steps))
     return runs, unmeasured

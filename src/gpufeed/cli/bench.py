@@ -68,8 +68,8 @@ def _show(result) -> None:
         console.print(f"link {link.direction} {'pinned' if link.pinned else 'pageable'}: {link.gb_per_s:.1f} GB/s "
                       f"(link allows {theory} GB/s; {link.runs} runs)")
     for run in result.precision_runs:
-        console.print(f"training in {run.precision} on {run.device}: accuracy {run.test_accuracy:.1%}, "
-                      f"{run.seconds:.1f} s, {run.steps} steps")
+        console.print(f"training in {run.precision} on {run.device}: validation accuracy "
+                      f"{run.validation_accuracy:.1%}, {run.seconds:.1f} s, {run.steps} steps")
     for line in result.unmeasured:
         console.print(f"[dim]not measured: {line}[/dim]")
     console.print("[bold]summary[/bold]")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 from gpufeed.errors import GpufeedError
 
@@ -12,28 +13,57 @@ from gpufeed.errors import GpufeedError
 COMMANDS = ("info", "pack", "train", "bench", "plan", "doctor", "report")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class UsageError(SystemExit):
+    """The command line was used wrongly; the one-line error is already on standard error. Exit status 2."""
+
+
+class CommandLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one line naming the command and the fix, not the whole usage.
+
+    `add_subparsers` makes every command's parser of this class too, so `self.prog` is `gpufeed train` there.
+    """
+
+    commands: dict[str, argparse.ArgumentParser]  # the command parsers, by name; set by build_parser
+
+    def error(self, message: str) -> NoReturn:
+        message = message.replace("\n", " ")
+        print(f"error: {self.prog}: {message}; see {self.prog} --help", file=sys.stderr)
+        raise UsageError(2)
+
+
+def build_parser() -> CommandLineParser:
+    parser = CommandLineParser(
         prog="gpufeed",
         description="Keep the accelerator fed, and say with measurements what a training needs.",
         epilog="Start with `gpufeed info`, then `gpufeed train` (trains on the built-in dataset).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"gpufeed.cli.{name}")
-        except ModuleNotFoundError as error:
-            if error.name == f"gpufeed.cli.{name}":
-                continue  # command not built yet
-            raise
-        module.register(subparsers)
+        importlib.import_module(f"gpufeed.cli.{name}").register(subparsers)
+    parser.commands = subparsers.choices
     return parser
+
+
+def parse_words(parser: CommandLineParser, words: list[str]) -> argparse.Namespace:
+    """Parse the command line; an argument no parser knows is an error of the command it was given to.
+
+    The command is the first word that is not an option (`gpufeed` itself takes none with a value). It is
+    found in `words`, not in `args.command`, which a command's own positional of that name may overwrite.
+    """
+    args, unknown = parser.parse_known_args(words)
+    if unknown:
+        command = next((word for word in words if not word.startswith("-")), None)
+        parser.commands.get(command, parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(words)
+    try:
+        args = parse_words(parser, words)
+    except UsageError:
+        return 2  # already said in one line; --help still exits 0 through argparse's own SystemExit
     args.argv = words  # the exact command, for the `about` block of saved documents
     if not getattr(args, "handler", None):
         parser.print_help()

@@ -36,7 +36,10 @@ def register(subparsers) -> None:
     parser.add_argument("--model", required=True, help="mlp | cnn | resnet18 | path/to/file.py:factory")
     parser.add_argument("--input", default=None, help="one sample's shape, CxHxW (default 3x32x32, or from --data)")
     parser.add_argument("--classes", type=int, default=None, help="number of classes (default 10, or from --data)")
-    parser.add_argument("--batch-size", type=int, default=256, help="per GPU")
+    parser.add_argument("--batch-size", type=int, default=256,
+                        help="per GPU (per micro-batch with --grad-accumulation)")
+    parser.add_argument("--grad-accumulation", type=int, default=1, metavar="K",
+                        help="micro-batches per optimizer step, gradients summed across them (default 1)")
     parser.add_argument("--optimizer", default="adamw", help="sgd | adam | adamw")
     parser.add_argument("--precision", default="bf16", help="fp32 | bf16 | fp16 | fp64")
     parser.add_argument("--dataset-size", type=int, default=None, help="samples per epoch (default 50000)")
@@ -44,6 +47,8 @@ def register(subparsers) -> None:
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--target-hours", type=float, default=None)
     parser.add_argument("--data", help="a packed dataset: its shape, classes and size fill the defaults")
+    parser.add_argument("--image-size", type=int, metavar="N",
+                        help="the N x N crops a --data packed with --max-side (sizes differ) is trained at")
     parser.add_argument("--gpu", dest="host_gpu", help="plan the host around this GPU (default: the best that fits)")
     parser.add_argument("--check", action="store_true", help="also run the step here and compare")
     add_json_flag(parser)
@@ -56,18 +61,35 @@ def _request(args):
 
     shape, classes, size, stored = (3, 32, 32), 10, 50_000, None
     if args.data:
-        from gpufeed.data.format import read_header
-
-        header = read_header(args.data)
-        height, width, channels = header.shape
-        shape, classes, size, stored = (channels, height, width), len(header.classes), header.count, \
-            header.bytes_per_sample
+        shape, classes, size, stored = _data_defaults(args)
     if args.input:
         shape = parse_input_shape(args.input)
     return PlanRequest(model=args.model, input_shape=shape, num_classes=args.classes or classes,
                        batch_size=args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        dataset_size=args.dataset_size or size, epochs=args.epochs, gpus=args.gpus,
-                       target_hours=args.target_hours, bytes_per_sample=stored, host_gpu=args.host_gpu)
+                       target_hours=args.target_hours, bytes_per_sample=stored, host_gpu=args.host_gpu,
+                       grad_accumulation=args.grad_accumulation)
+
+
+def _data_defaults(args) -> tuple[tuple[int, int, int], int, int, int]:
+    """Input shape (C, H, W), classes, samples and stored bytes per sample from --data (and --image-size)."""
+    from gpufeed.data.format import read_header
+
+    header = read_header(args.data)
+    if args.image_size is not None and args.image_size <= 0:
+        raise ConfigError(f"--image-size must be a positive number of pixels, got {args.image_size}")
+    if args.image_size is not None:
+        height = width = args.image_size
+    elif header.is_fixed_size:
+        height, width, _ = header.shape
+    elif args.input is None:
+        most_height, most_width, _ = header.max_shape
+        raise ConfigError(f"--data {args.data} holds images of different sizes (up to {most_height}x{most_width}); "
+                          f"give the size they are trained at with --image-size N (or --input CxHxW)")
+    else:
+        height, width = header.max_shape[:2]  # replaced by --input
+    stored = round(header.stored_bytes_per_sample)
+    return (header.channels, height, width), len(header.classes), header.count, stored
 
 
 def _gib(value) -> str:
@@ -78,14 +100,21 @@ def _show(plan) -> None:
     from gpufeed.plan.rank import duration_text
 
     memory = plan.memory
-    console.print(f"[bold]{plan.request.model}[/bold]: {plan.params:,} parameters, input {plan.request.input_shape}, "
-                  f"batch {plan.request.batch_size} per GPU, {plan.request.optimizer}, {plan.request.precision}")
+    request = plan.request
+    batch = (f"batch {request.batch_size} per GPU" if request.grad_accumulation == 1 else
+             f"micro-batch {request.batch_size} x {request.grad_accumulation} per GPU")
+    console.print(f"[bold]{request.model}[/bold]: {plan.params:,} parameters, input {request.input_shape}, "
+                  f"{batch}, {request.optimizer}, {request.precision}")
+    console.print(f"loop planned: {memory.step_order}")
     table = Table(title="device memory per GPU (traced on fake tensors)")
     table.add_column("part")
     table.add_column("bytes", justify="right")
     for name in ("weights", "gradients", "optimizer", "activations", "overhead", "peak"):
         table.add_row(name, _gib(getattr(memory, f"{name}_bytes")))
     console.print(table)
+    by_order = memory.peak_bytes_by_order
+    console.print(f"peak by loop order: gradients freed before the forward {_gib(by_order['grads_freed'])}, "
+                  f"gradients live through it (accumulation) {_gib(by_order['grads_live'])}")
     compute = plan.compute
     console.print(f"compute: {plan.flops_per_step:,} FLOPs per step, {compute.total_steps:,} steps; MFU "
                   f"{compute.mfu:.2f} ({compute.mfu_low:.2f}-{compute.mfu_high:.2f}): {compute.mfu_source}")

@@ -126,8 +126,8 @@ class _Screen:
 
 def _summary(result: TrainResult) -> None:
     busy = "n/a (CPU)" if result.device_busy_fraction is None else f"{result.device_busy_fraction:.1%}"
-    console.print(f"[bold]done[/bold]: validation accuracy {result.test_accuracy:.2%} (loss {result.test_loss:.3f}) "
-                  f"after {result.steps} steps, {result.seconds:.1f} s")
+    console.print(f"[bold]done[/bold]: validation accuracy {result.validation_accuracy:.2%} "
+                  f"(loss {result.validation_loss:.3f}) after {result.steps} steps, {result.seconds:.1f} s")
     console.print(f"  throughput {result.samples_per_s:,.0f} samples/s, data wait {result.data_wait_fraction:.1%}, "
                   f"device busy {busy}, peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
     console.print(f"  verdict: {result.verdict}")

@@ -38,10 +38,6 @@ class HostSlot:
     draws: torch.Tensor
 
     @property
-    def images_numpy(self) -> np.ndarray:
-        return self.images.numpy()
-
-    @property
     def labels_numpy(self) -> np.ndarray:
         return self.labels.numpy()
 

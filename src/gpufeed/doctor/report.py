@@ -1,5 +1,5 @@
-"""The doctor's report, in DESIGN.md's shape: a verdict, findings with evidence and fixes, and what could not be
-measured. `to_json` gives exactly the documented JSON."""
+"""The doctor's report, in the shape docs/design.md documents: a verdict, findings with evidence and fixes, and
+what could not be measured. `to_json` gives exactly the documented JSON."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class Report:
     loader_samples_per_s: float | None = None  # what the input pipeline can supply
     model_samples_per_s: float | None = None  # what the model consumes when fed instantly
     script_error: str | None = None  # the script's exception, one line, when it raised
-    # what the report was made from, for the page's timeline (not in DESIGN.md's shape; an addition):
+    # what the report was made from, for the page's timeline (an addition to verdict, findings, unmeasured):
     # {"steps": [StepRecord fields...], "samples": [HostSample fields...], "profile": [one dict per profiled step]}
     timeline: dict = field(default_factory=lambda: {"steps": [], "samples": []})
 

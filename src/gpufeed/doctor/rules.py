@@ -1,4 +1,4 @@
-"""The doctor's rules: per-step records and host samples in, a `Report` out (DESIGN.md, "The doctor's vocabulary").
+"""The doctor's rules: per-step records and host samples in, a `Report` out (docs/design.md, "The doctor's vocabulary").
 
 One function per kind returns a `Finding` or None. A share is a fraction of the total wall time of the watched
 steps. Evidence holds only numbers computed from the inputs (None where an input was not given). Thresholds are
@@ -39,6 +39,7 @@ from gpufeed.doctor.stalls import periodic_stall, straggler
 from gpufeed.doctor.stalls import slow_outliers as slow_outliers  # re-exported: moved to stalls.py
 from gpufeed.doctor.stalls import stall_period as stall_period
 from gpufeed.measure.steps import HostSample, StepRecord
+from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
 
 # TensorFlow profiler, the file cited for INPUT_SHARE_* in evidence.py: device collectives share, moderate >= 3%,
 # high >= 15% (the same grades as kernel launches: launch.py). LOW_DEVICE_BUSY (torch-tb-profiler) is in evidence.py.
@@ -50,8 +51,6 @@ CPU_BOTTLENECK_DEVICE_BUSY = 0.10
 COPY_SHARE = 0.10
 # gpufeed's choice: when most copied bytes come from pageable memory, pinning is the first fix to try.
 PAGEABLE_FRACTION = 0.50
-# gpufeed's choice: healthy = the device busy at least 80% of the wall time (the rest: launches, optimizer).
-COMPUTE_BOUND_BUSY = 0.80
 # gpufeed's choice: below 32 samples a batch rarely fills a GPU; on the CPU a step under 10 ms is short enough that
 # fixed per-step costs (Python, per-operator dispatch of some microseconds) weigh on it.
 SMALL_BATCH = 32
@@ -227,7 +226,7 @@ def compute_bound(watch: Watch, others: list[Finding]) -> Finding | None:
     wait_share = totals.share(totals.data_wait_s)
     busy = watch.busy()
     if watch.on_gpu:
-        if busy is None or busy < COMPUTE_BOUND_BUSY:
+        if busy is None or busy < DEVICE_BUSY_ENOUGH:  # healthy: busy enough (measure/thresholds.py)
             return None
         share = busy
     else:

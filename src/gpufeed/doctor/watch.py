@@ -38,9 +38,9 @@ import torch
 from gpufeed.doctor.clock import Held, StepContents, step_shape
 from gpufeed.doctor.clock import batch_size_of as batch_size_of  # re-exported: moved to clock.py
 from gpufeed.doctor.profile import PROFILE_STEPS, ProfileSummary, StepProfiler, cuda_traced
-from gpufeed.measure.sampler import HostSampler
+from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.steps import HostSample, StepRecord
-from gpufeed.measure.timers import event_pairs_seconds
+from gpufeed.measure.timing import event_pairs_seconds
 
 SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
@@ -72,7 +72,7 @@ class Watcher:
         self.threads: int | None = None  # torch's intra-op threads as the script left them (None: read now)
         self.notes: list[str] = []  # what instrumentation could not measure, for the report's unmeasured list
         self._start_s = self._last_s = time.perf_counter()
-        self._sampler: HostSampler | None = None
+        self._sampler: Sampler | None = None
         self._raw: list[tuple[dict, list, Held]] = []  # closed steps past warm-up: fields, CUDA event pairs, Held
         self._step, self._regions, self._region_start = dict(_ZERO_STEP), [], None
         self.contents = StepContents()  # the step's training batches and model rows (clock.py)
@@ -81,7 +81,7 @@ class Watcher:
     def start(self) -> None:
         self._start_s = self._last_s = time.perf_counter()
         if self._sampler is None:
-            self._sampler = HostSampler(self._start_s)
+            self._sampler = Sampler(torch.device("cuda"), keep_samples_from_s=self._start_s)  # this rank's GPU
 
     def close(self) -> None:
         """Stop the sampler, and end a profiled window still running (the loop ended before it did)."""
@@ -260,7 +260,7 @@ class Watcher:
                       "device compute time: the device is the CPU; wall time minus data wait is the compute"]
         lines += self._profile_notes()
         if self._sampler is not None:
-            lines += self._sampler.reader.unmeasured
+            lines += self._sampler.unmeasured
         if self.float64_seen:
             lines.append("float64 operations per step: not counted; a float64 model input or parameter was seen")
         memory = device_memory(self.device == "cuda", lines)

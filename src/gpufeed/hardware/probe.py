@@ -19,7 +19,6 @@ import psutil
 
 from gpufeed.hardware import nvml
 from gpufeed.hardware.cpu import CpuInfo, probe_cpu
-from gpufeed.hardware.cpu import parse_cpu_flags as parse_cpu_flags  # re-exported: moved to cpu.py
 from gpufeed.hardware.na import NA, attempt, is_na
 
 T = TypeVar("T")

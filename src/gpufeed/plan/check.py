@@ -1,8 +1,8 @@
 """`gpufeed plan --check`: run the planned step for real on the device here and compare with the plan.
 
-The step runs as the plan traced it (our own models in channels_last with bf16 batches under bf16, as `gpufeed
-train` feeds them; a user's model as a plain loop), and its peak memory is measured by a path that shares
-nothing with the planner's tracing:
+The step is train/step.py's, run as the plan traced it: the loop it planned (micro-batches included), our own
+models in channels_last with bf16 batches under bf16 as `gpufeed train` feeds them, a user's model as a plain
+loop. Its peak memory is measured by a path that shares nothing with the planner's tracing:
 - CUDA: the allocator's own peak, `torch.cuda.max_memory_allocated` (it leaves out the CUDA context, which the
   plan adds as overhead, so the context is taken off the prediction);
 - CPU: the steps run under `torch.profiler.profile(profile_memory=True)`; the CPU allocator reports every
@@ -18,29 +18,17 @@ import time
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from gpufeed.hardware.na import NA, is_na
 from gpufeed.measure.quiet import without_kineto_noise
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory
 from gpufeed.plan.run import Plan, model_factory, trace_options
+from gpufeed.train.step import Precision, TrainStep, make_optimizer, prepare_model, random_batch
 
-OPTIMIZER_CLASSES = {"sgd": lambda p: torch.optim.SGD(p, lr=0.01, momentum=0.9),
-                     "adam": lambda p: torch.optim.Adam(p, lr=1e-3), "adamw": lambda p: torch.optim.AdamW(p, lr=1e-3)}
-AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 STEP_MARK = "gpufeed check step {}"
 # the profiler slows small operators; when the profiled run took less than this, the steps are timed again
 # without it (a large model's step is timed under it: its operators are long, the profiler's cost is small)
 UNPROFILED_RETIME_S = 10.0
-
-
-def _step(model, optimizer, inputs, labels, precision: str, device: torch.device) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    dtype = AUTOCAST.get(precision)
-    with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-        loss = F.cross_entropy(model(inputs), labels)
-    loss.backward()
-    optimizer.step()
 
 
 def profiled_cpu_peak(run: Callable[[], None], marks: set[str]) -> int | NA:
@@ -80,27 +68,25 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
 
     request = plan.request
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dtype = torch.float64 if request.precision == "fp64" else torch.float32
+    precision = Precision(request.precision, "planned")
     options = trace_options(request)
     channels_last = bool(options.get("channels_last")) and len(request.input_shape) == 3
-    input_dtype = options.get("input_dtype") or dtype
+    input_dtype = options.get("input_dtype") or precision.parameter_dtype
     factory = model_factory(request.model, request.input_shape, request.num_classes)
+    accumulation = request.grad_accumulation
     timings: list[float] = []
     timed_under_profiler = False
 
     def run_steps() -> None:  # everything is allocated in here, so the CPU profiler sees all of it
-        model = factory().to(device, dtype)
-        if channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        optimizer = OPTIMIZER_CLASSES[request.optimizer](model.parameters())
-        inputs = torch.randn(request.batch_size, *request.input_shape, device=device).to(input_dtype)
-        if channels_last:
-            inputs = inputs.contiguous(memory_format=torch.channels_last)
-        labels = torch.randint(0, request.num_classes, (request.batch_size,), device=device)
-        for step in range(steps):
+        model = prepare_model(factory(), precision, device, channels_last)
+        step = TrainStep(model, make_optimizer(request.optimizer, model.parameters()), precision, device.type,
+                         scaler=precision.scaler(device.type))
+        inputs, labels = random_batch(request.batch_size, request.input_shape, request.num_classes, device,
+                                      input_dtype, channels_last)
+        for index in range(steps):
             started = time.perf_counter()
-            with record_function(STEP_MARK.format(step)):
-                _step(model, optimizer, inputs, labels, request.precision, device)
+            with record_function(STEP_MARK.format(index)):
+                step.accumulate([(inputs, labels)] * accumulation, accumulation)
             if device.type == "cuda":
                 torch.cuda.synchronize()
             timings.append(time.perf_counter() - started)
@@ -121,7 +107,7 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
             timed_under_profiler = True
         predicted = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
                                     optimizer=request.optimizer, precision=request.precision, device_type="cpu",
-                                    **options).peak_bytes
+                                    grad_accumulation=accumulation, **options).peak_bytes
         how = ("the CPU allocator's live total under torch.profiler(profile_memory=True), steps 2 on, against the "
                "plan traced for the CPU (no CUDA context)")
         if is_na(measured):
@@ -134,6 +120,6 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
                    f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, {how}")
     lines = [memory_line,
              f"step time on {device}: {step_s * 1e3:,.1f} ms measured{timing_note} (median of {steps}), "
-             f"{request.batch_size / step_s:,.0f} samples/s"]
+             f"{request.batch_size * accumulation / step_s:,.0f} samples/s"]
     return {"device": str(device), "predicted_peak_bytes": predicted, "measured_peak_bytes": measured,
             "error_fraction": error, "measured_step_s": step_s, "method": how, "lines": lines}

@@ -22,13 +22,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.func import functional_call
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpufeed.bench.kernels import device_label
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.na import NA, is_na
 from gpufeed.measure.timing import time_call
+from gpufeed.plan.fake_model import meta_model
+from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep, make_optimizer, prepare_model, random_batch
 
 # Rule of thumb, not a measurement. Large dense transformer training reaches roughly 30-50% MFU on A100/H100
 # (PaLM reports 46% on TPU v4; Megatron-LM and MosaicML report 35-55% for GPT-style models); small CNNs and
@@ -40,7 +41,6 @@ DEFAULT_MFU_SOURCE = ("default 0.35 (band 0.2-0.5): a rule of thumb from publish
 # A fraction measured on one device carries over to another only roughly: different kernels, a different
 # balance of memory bandwidth to FLOP/s (faster cards usually reach a lower fraction on small models).
 TRANSFER_BAND = (0.7, 1.3)
-CALIBRATION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64}
 
 
 @dataclass(frozen=True)
@@ -58,20 +58,17 @@ class ComputeEstimate:
 
 
 def flops_per_step(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, num_classes: int) -> int:
-    """FLOPs of forward + cross-entropy + backward for a batch of `batch_size` samples of `input_shape` (C, H, W),
-    traced on meta tensors (the model's own parameters are untouched). Raises ConfigError when the model cannot
-    run on meta tensors (it reads values, e.g. `.item()`)."""
+    """FLOPs of forward + cross-entropy + backward (train/step.py's, in fp32) for a batch of `batch_size` samples
+    of `input_shape` (C, H, W), traced on a meta copy of the model (its own parameters are untouched). Raises
+    ConfigError when the model cannot run on meta tensors (it reads values, e.g. `.item()`)."""
     if batch_size < 1 or num_classes < 1:
         raise ConfigError(f"batch size and classes must be positive, got {batch_size} and {num_classes}")
-    state = {name: torch.empty_like(p, device="meta").requires_grad_(p.requires_grad)
-             for name, p in model.named_parameters()}
-    state.update({name: torch.empty_like(b, device="meta") for name, b in model.named_buffers()})
+    step = TrainStep(meta_model(model).train(), None, Precision("fp32", "counted"), "cpu")
     inputs = torch.empty((batch_size, *input_shape), device="meta")  # (B, C, H, W)
     labels = torch.zeros(batch_size, dtype=torch.long, device="meta")
     try:
         with FlopCounterMode(display=False) as counter:
-            logits = functional_call(model, state, (inputs,))  # (B, classes)
-            nn.functional.cross_entropy(logits, labels).backward()
+            step.forward_backward(inputs, labels)
     except (NotImplementedError, RuntimeError) as error:
         raise ConfigError(f"cannot count FLOPs: the model does not run on meta tensors "
                           f"({str(error).splitlines()[0]})") from None
@@ -79,14 +76,17 @@ def flops_per_step(model: nn.Module, input_shape: tuple[int, ...], batch_size: i
 
 
 def estimate_compute(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, num_classes: int,
-                     samples: int, epochs: int,
-                     mfu: tuple[float, tuple[float, float], str] | None = None) -> ComputeEstimate:
-    """FLOPs per step of one GPU at `batch_size`, `samples // batch_size` steps an epoch on one GPU (the last
-    partial step dropped, as `gpufeed train` does; N GPUs each run about 1/N of them), and the MFU from
-    `calibrate_mfu` or the default when `mfu` is None."""
-    if samples < 1 or epochs < 1:
-        raise ConfigError(f"samples and epochs must be positive, got {samples} and {epochs}")
-    per_step = flops_per_step(model, input_shape, batch_size, num_classes)
+                     samples: int, epochs: int, mfu: tuple[float, tuple[float, float], str] | None = None,
+                     grad_accumulation: int = 1) -> ComputeEstimate:
+    """FLOPs per optimizer step of one GPU (`grad_accumulation` micro-batches of `batch_size`), `samples //
+    (batch_size x grad_accumulation)` steps an epoch on one GPU (the last partial step dropped, as `gpufeed
+    train` does; N GPUs each run about 1/N of them), and the MFU from `calibrate_mfu` or the default when `mfu`
+    is None."""
+    if samples < 1 or epochs < 1 or grad_accumulation < 1:
+        raise ConfigError(f"samples, epochs and gradient accumulation must be positive, got {samples}, {epochs} "
+                          f"and {grad_accumulation}")
+    per_step = flops_per_step(model, input_shape, batch_size, num_classes) * grad_accumulation
+    batch_size *= grad_accumulation
     steps = max(samples // batch_size, 1)
     value, (low, high), source = mfu or (DEFAULT_MFU, DEFAULT_MFU_BAND, DEFAULT_MFU_SOURCE)
     if not 0 < low <= value <= high:
@@ -115,50 +115,35 @@ def samples_per_second(gpu_peak_tflops: float, compute: ComputeEstimate, gpus: i
     return gpu_peak_tflops * 1e12 * gpus * compute.mfu_high / compute.flops_per_sample
 
 
-def _training_step(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, dtype: torch.dtype,
-                   device: torch.device):
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    autocast = dtype in (torch.bfloat16, torch.float16)
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device_type=device.type, dtype=dtype, enabled=autocast):
-            loss = nn.functional.cross_entropy(model(inputs), labels)
-        loss.backward()
-        optimizer.step()
-    return step
-
-
 def calibrate_mfu(model: nn.Module, input_shape: tuple[int, ...], batch_size: int, num_classes: int,
                   device: torch.device | str, precision: str, peak_tflops: float | NA | None,
-                  warmup: int = 2, repeats: int = 5) -> tuple[float, tuple[float, float], str]:
+                  warmup: int = 2, repeats: int = 5, optimizer: str = "adamw",
+                  channels_last: bool = True) -> tuple[float, tuple[float, float], str]:
     """(MFU, (low, high), source) from a short real run on `device`: `warmup` untimed then `repeats` timed
-    training steps (SGD with momentum, bf16/fp16 by autocast) of a copy of `model`; achieved FLOP/s = counted
-    FLOPs per step / median seconds, divided by `peak_tflops` (that device's dense peak for `precision`).
+    training steps (train/step.py's, with the plan's `optimizer`, batches as the feed gives them) of a copy of
+    `model`; achieved FLOP/s = counted FLOPs per step / median seconds, divided by `peak_tflops` (that device's
+    dense peak for `precision`).
     The band is the fastest and slowest step widened by TRANSFER_BAND (a rule of thumb for other cards).
     With no peak known, the default and a source saying why."""
     if is_na(peak_tflops) or peak_tflops is None or peak_tflops <= 0:
         why = peak_tflops.reason if is_na(peak_tflops) else "no peak given"
         return DEFAULT_MFU, DEFAULT_MFU_BAND, f"{DEFAULT_MFU_SOURCE}; not measured here ({why})"
-    if precision not in CALIBRATION_DTYPES:
-        raise ConfigError(f"cannot calibrate {precision!r}; choose one of {', '.join(CALIBRATION_DTYPES)}")
+    if precision not in TRAIN_PRECISIONS:
+        raise ConfigError(f"cannot calibrate {precision!r}; choose one of {', '.join(TRAIN_PRECISIONS)}")
     device = torch.device(device)
-    dtype = CALIBRATION_DTYPES[precision]
-    parameter_dtype = torch.float64 if dtype == torch.float64 else torch.float32
-    copied = copy.deepcopy(model).to(device=device, dtype=parameter_dtype).train()
-    inputs = torch.randn((batch_size, *input_shape), device=device, dtype=parameter_dtype)
-    if inputs.dim() == 4:
-        copied, inputs = copied.to(memory_format=torch.channels_last), inputs.contiguous(
-            memory_format=torch.channels_last)
-    labels = torch.randint(0, num_classes, (batch_size,), device=device)
+    chosen = Precision(precision, "calibration")
+    copied = prepare_model(copy.deepcopy(model), chosen, device, channels_last).train()
+    step = TrainStep(copied, make_optimizer(optimizer, copied.parameters()), chosen, device.type,
+                     scaler=chosen.scaler(device.type))
+    inputs, labels = random_batch(batch_size, input_shape, num_classes, device,
+                                  chosen.input_dtype if channels_last else chosen.parameter_dtype, channels_last)
     flops = flops_per_step(model, input_shape, batch_size, num_classes)
-    timing = time_call(_training_step(copied, inputs, labels, dtype, device), device, warmup=warmup,
-                       repeats=repeats)
+    timing = time_call(lambda: step(inputs, labels), device, warmup=warmup, repeats=repeats)
     peak = peak_tflops * 1e12
     mfu = flops / timing.median_s / peak
     low, high = flops / timing.max_s / peak * TRANSFER_BAND[0], flops / timing.min_s / peak * TRANSFER_BAND[1]
     source = (f"measured on {device_label(device)}: {flops / 1e9:.3g} GFLOPs a step (batch {batch_size}, "
-              f"{precision}) in a median {timing.median_s * 1e3:.3g} ms over {timing.runs} steps after "
+              f"{precision}, {optimizer}) in a median {timing.median_s * 1e3:.3g} ms over {timing.runs} steps after "
               f"{warmup} warm-up ({timing.method}) = {flops / timing.median_s / 1e12:.3g} TFLOP/s of a "
               f"{peak_tflops:.3g} TFLOP/s peak; band x{TRANSFER_BAND[0]}-x{TRANSFER_BAND[1]} for other cards "
               f"(rule of thumb)")

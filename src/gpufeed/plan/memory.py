@@ -1,12 +1,21 @@
 """Device memory of one training step, itemized, traced with fake tensors: nothing is allocated.
 
-The model is built on the meta device and its weights become `FakeTensorMode` tensors (shape, dtype, device, no
-data). The steady state is traced: gradients as the last step left them and an optimizer.step() on them make the
-optimizer's state (what a first step leaves), then one training step runs: zero_grad(set_to_none=True) ->
-forward (autocast for bf16/fp16) -> cross-entropy -> backward -> optimizer.step(). `LiveBytes` (live_bytes.py)
-counts each storage an operation creates, once, until its last reference is gone, and keeps the peak. Scratch a
-kernel allocates and frees inside itself (im2col buffers, cuBLAS/cuDNN workspaces) is not seen: up to 3% of the
-peak on the CPU (benchmarks/plan_accuracy.py).
+The model is built on the meta device and its weights become `FakeTensorMode` tensors (fake_model.py: shape,
+dtype, device, no data). The steady state is traced: gradients as the last step left them and an
+optimizer.step() on them make the optimizer's state (what a first step leaves), then the training step of
+train/step.py runs, the one `gpufeed train` runs, in one of two orders (`STEP_ORDERS`):
+- "grads_freed": zero_grad(set_to_none=True) -> forward (autocast for bf16/fp16) -> cross-entropy -> backward ->
+  optimizer step: gpufeed train's loop, and any loop that zeroes gradients before the forward;
+- "grads_live": forward -> cross-entropy -> backward into the gradients already there -> optimizer step: a
+  micro-batch after the first of a gradient-accumulating loop, whose earlier micro-batches' gradients are live
+  through its forward and backward. (It also bounds, from above, a loop that zeroes gradients after the
+  forward: the two are equal when the peak is in the forward.)
+`LiveBytes` (live_bytes.py) counts each storage an operation creates, once, until its last reference is gone,
+and keeps the peak. Scratch a kernel allocates and frees inside itself (im2col buffers, cuBLAS/cuDNN
+workspaces) is not seen: up to 3% of the peak on the CPU (benchmarks/plan_accuracy.py).
+
+A plan with `grad_accumulation` K = 1 is the "grads_freed" loop; with K > 1 it runs one "grads_freed"
+micro-batch and K - 1 "grads_live" ones, so its peak is the larger of the two. Both are always reported.
 
 On a CUDA target `overhead_bytes` is CUDA_CONTEXT_BYTES plus the caching allocator's rounding of every block up
 to 512 bytes (so peak_bytes - CUDA_CONTEXT_BYTES models `torch.cuda.max_memory_allocated`); the 2 MiB and
@@ -17,23 +26,23 @@ is traced with CPU kernels and CPU autocast rules. On the CPU the overhead is 0.
 from __future__ import annotations
 
 import contextlib
-import copy
+import dataclasses
 import itertools
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch._subclasses import FakeTensorMode
 
 from gpufeed.errors import ConfigError
+from gpufeed.plan.fake_model import fake_weights, meta_model, one_line
 from gpufeed.plan.live_bytes import LiveBytes
+from gpufeed.train.step import OPTIMIZERS, TRAIN_PRECISIONS, Precision, TrainStep, make_optimizer
 
-OPTIMIZERS = ("adamw", "adam", "sgd")
-PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
 DEVICE_TYPES = ("cuda", "cpu")
+STEP_ORDERS = ("grads_freed", "grads_live")
 # What a process holds on the GPU before its first tensor: CUDA context, cuBLAS/cuDNN handles. 300-600 MiB with
 # CUDA 12's lazy loading, by card and libraries: a round default, not a measurement of any card.
 CUDA_CONTEXT_BYTES = 500 * 2**20
@@ -52,9 +61,11 @@ class MemoryEstimate:
     state live then; that is the batch and labels, tensors saved for the backward, autocast's bf16/fp16 copies of
     weights, gradients in flight, optimizer temporaries.
     overhead_bytes: CUDA context + allocator rounding at the peak; 0 on the CPU.
-    peak_bytes: the most bytes live at once in the step, plus the overhead: weights + activations + overhead +
-    the gradients and optimizer state live at the peak (a peak in the backward sees only part of the gradients;
-    `notes` says how much).
+    peak_bytes: the most bytes live at once in the loop planned (`step_order`), plus the overhead: weights +
+    activations + overhead + the gradients and optimizer state live at the peak (a peak in the backward sees only
+    part of the gradients; `notes` says how much). The parts above are those of the order that peaks.
+    batch_size: per micro-batch; grad_accumulation: micro-batches per optimizer step.
+    step_order: the loop planned, in words. peak_bytes_by_order: the peak of each order of STEP_ORDERS.
     """
 
     parameters: int
@@ -69,6 +80,9 @@ class MemoryEstimate:
     optimizer: str
     method: str
     notes: tuple[str, ...]
+    grad_accumulation: int = 1
+    step_order: str = ""
+    peak_bytes_by_order: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -80,12 +94,7 @@ class _Setup:
     device_type: str
     input_dtype: torch.dtype
     channels_last: bool
-    zero_grad_after_forward: bool
-
-
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())[:300]
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    grad_accumulation: int
 
 
 def _positive_int(value: object) -> bool:
@@ -93,8 +102,8 @@ def _positive_int(value: object) -> bool:
 
 
 def _setup(input_shape, num_classes, optimizer, precision, device_type, input_dtype, channels_last,
-           zero_grad_after_forward) -> _Setup:
-    for name, value, choices in (("optimizer", optimizer, OPTIMIZERS), ("precision", precision, PRECISIONS),
+           grad_accumulation) -> _Setup:
+    for name, value, choices in (("optimizer", optimizer, OPTIMIZERS), ("precision", precision, TRAIN_PRECISIONS),
                                  ("device type", device_type, DEVICE_TYPES)):
         if value not in choices:
             raise ConfigError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
@@ -103,86 +112,36 @@ def _setup(input_shape, num_classes, optimizer, precision, device_type, input_dt
         raise ConfigError(f"the input shape of one sample must be positive ints, e.g. (3, 32, 32); got {input_shape}")
     if not _positive_int(num_classes) or num_classes < 2:
         raise ConfigError(f"a classifier needs at least 2 classes, got {num_classes!r}")
-    default_dtype = torch.float64 if precision == "fp64" else torch.float32
+    if not _positive_int(grad_accumulation):
+        raise ConfigError(f"gradient accumulation must be a positive number of micro-batches, got "
+                          f"{grad_accumulation!r}")
+    default_dtype = Precision(precision, "planned").parameter_dtype
     return _Setup(shape, num_classes, optimizer, precision, device_type, input_dtype or default_dtype, channels_last,
-                  zero_grad_after_forward)
+                  grad_accumulation)
 
 
-def _meta_model(model_or_factory: nn.Module | Callable[[], nn.Module]) -> nn.Module:
-    """The model with parameters and buffers on the meta device: built there, or a copy of the module."""
-    if isinstance(model_or_factory, nn.Module):
-        memo: dict[int, torch.Tensor] = {}
-        for tensor in itertools.chain(model_or_factory.parameters(), model_or_factory.buffers()):
-            meta = torch.empty_strided(tensor.shape, tensor.stride(), dtype=tensor.dtype, device="meta")
-            memo[id(tensor)] = nn.Parameter(meta, tensor.requires_grad) if isinstance(tensor, nn.Parameter) else meta
-        return copy.deepcopy(model_or_factory, memo)
-    try:
-        with torch.device("meta"):
-            model = model_or_factory()
-    except Exception as error:
-        raise ConfigError(f"the model factory raised {_one_line(error)}; fix it, or pass an nn.Module") from error
-    if not isinstance(model, nn.Module):
-        raise ConfigError(f"the model factory returned a {type(model).__name__}, not a torch.nn.Module")
-    return model
+def step_order_text(grad_accumulation: int) -> str:
+    """The loop a plan assumes, in words (printed by the plan and saved in its JSON)."""
+    if grad_accumulation == 1:
+        return ("zero_grad(set_to_none=True) before each forward, then forward, backward, optimizer step "
+                "(gpufeed train's loop; gradients freed through the forward)")
+    return (f"gradient accumulation over {grad_accumulation} micro-batches: zero_grad once, then forward and "
+            f"backward of each (the gradients live through every forward after the first), then one optimizer step")
 
 
-def _fake_weights(model: nn.Module, device: torch.device, dtype: torch.dtype, channels_last: bool) -> None:
-    """Under FakeTensorMode: model.to(device, dtype, memory format), in place (nn.Module.to cannot swap fakes)."""
-    made: dict[int, torch.Tensor] = {}  # tied weights stay tied
-    for module in model.modules():
-        for table, is_parameter in ((module._parameters, True), (module._buffers, False)):
-            for name, old in [(name, old) for name, old in table.items() if old is not None]:
-                if id(old) not in made:
-                    kind = dtype if old.is_floating_point() else old.dtype
-                    if channels_last and old.dim() == 4:
-                        new = torch.empty(old.shape, dtype=kind, device=device, memory_format=torch.channels_last)
-                    else:
-                        new = torch.empty_strided(old.shape, old.stride(), dtype=kind, device=device)
-                    made[id(old)] = nn.Parameter(new, old.requires_grad) if is_parameter else new
-                table[name] = made[id(old)]
-
-
-def _make_optimizer(name: str, parameters, foreach: bool) -> torch.optim.Optimizer:
-    """Torch's defaults, foreach (multi-tensor, with its temporaries) as torch picks it for real CUDA tensors."""
-    if name == "sgd":
-        return torch.optim.SGD(parameters, lr=0.1, momentum=0.9, foreach=foreach)
-    return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(parameters, lr=1e-3, foreach=foreach)
-
-
-def _one_step(model: nn.Module, optimizer, inputs, labels, setup: _Setup, tracker: LiveBytes) -> None:
-    autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(setup.precision)
-    autocast = (torch.autocast(inputs.device.type, dtype=autocast_dtype) if autocast_dtype is not None
-                else contextlib.nullcontext())
-    if not setup.zero_grad_after_forward:
-        optimizer.zero_grad(set_to_none=True)
-    tracker.phase = "forward"
-    with autocast:
-        logits = model(inputs)  # (B, classes), held through the step as most loops do
-        if tuple(logits.shape) != (len(inputs), setup.num_classes):
-            raise ConfigError(f"the model returns {tuple(logits.shape)} for a batch of {len(inputs)}, not "
-                              f"({len(inputs)}, {setup.num_classes}) logits (batch, classes)")
-        loss = F.cross_entropy(logits, labels)
-    if setup.zero_grad_after_forward:
-        optimizer.zero_grad(set_to_none=True)
-    tracker.phase = "backward"
-    loss.backward()
-    tracker.phase = "optimizer step"
-    optimizer.step()
-
-
-def _trace(model_or_factory, setup: _Setup, batch_size: int) -> MemoryEstimate:
+def _trace(model_or_factory, setup: _Setup, batch_size: int, order: str) -> MemoryEstimate:
     device = torch.device("cuda" if setup.device_type == "cuda" and torch.cuda.is_available() else "cpu")
-    model, shape = _meta_model(model_or_factory), (batch_size, *setup.input_shape)
+    model, shape = meta_model(model_or_factory), (batch_size, *setup.input_shape)
     channels_last = setup.channels_last and len(shape) == 4
     tracker = LiveBytes(device.type, CUDA_BLOCK_BYTES if setup.device_type == "cuda" else 1)
+    precision = Precision(setup.precision, "planned")
     try:
         with FakeTensorMode():
-            _fake_weights(model.train(), device, torch.float64 if setup.precision == "fp64" else torch.float32,
-                          channels_last)
+            fake_weights(model.train(), device, precision.parameter_dtype, channels_last)
             for tensor in itertools.chain(model.parameters(), model.buffers()):
                 tracker.add(tensor)
             with tracker:
-                optimizer = _make_optimizer(setup.optimizer, model.parameters(), setup.device_type == "cuda")
+                optimizer = make_optimizer(setup.optimizer, model.parameters(), foreach=setup.device_type == "cuda")
                 inputs = torch.empty(shape, dtype=setup.input_dtype, device=device,
                                      memory_format=torch.channels_last if channels_last else torch.contiguous_format)
                 labels = torch.zeros(batch_size, dtype=torch.long, device=device)
@@ -191,12 +150,29 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int) -> MemoryEstimate:
                 optimizer.step()  # makes the optimizer's state, as a first step would: the steady state follows
                 first_gradients = tracker.serials_of(p.grad for p in model.parameters())
                 tracker.reset_peak()
-                _one_step(model, optimizer, inputs, labels, setup, tracker)
+                # no scaler: its step reads a value, which fake tensors do not have (it unscales in place)
+                step = TrainStep(model, optimizer, precision, device.type, num_classes=setup.num_classes,
+                                 on_phase=lambda phase: setattr(tracker, "phase", phase))
+                if order == "grads_freed":
+                    step.zero_grad()
+                step.forward_backward(inputs, labels, loss_scale=1.0 / setup.grad_accumulation)
+                step.optimizer_step()
     except ConfigError:
         raise
     except Exception as error:
-        raise ConfigError(f"could not trace a training step on a batch of shape {shape}: {_one_line(error)}") from error
+        raise ConfigError(f"could not trace a training step on a batch of shape {shape}: {one_line(error)}") from error
     return _summarize(tracker, model, optimizer, setup, batch_size, first_gradients)
+
+
+def _planned(model_or_factory, setup: _Setup, batch_size: int) -> MemoryEstimate:
+    """Both orders traced; the estimate of the loop planned (with K > 1, the larger), carrying both peaks."""
+    traced = {order: _trace(model_or_factory, setup, batch_size, order) for order in STEP_ORDERS}
+    planned = traced["grads_freed"]
+    if setup.grad_accumulation > 1 and traced["grads_live"].peak_bytes > planned.peak_bytes:
+        planned = traced["grads_live"]
+    return dataclasses.replace(planned, grad_accumulation=setup.grad_accumulation,
+                               step_order=step_order_text(setup.grad_accumulation),
+                               peak_bytes_by_order={order: traced[order].peak_bytes for order in STEP_ORDERS})
 
 
 def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, batch_size: int,
@@ -236,7 +212,7 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
 def estimate_memory(model: nn.Module | Callable[[], nn.Module], input_shape: tuple[int, ...], batch_size: int,
                     num_classes: int, optimizer: str = "adamw", precision: str = "fp32", device_type: str = "cuda",
                     *, input_dtype: torch.dtype | None = None, channels_last: bool = False,
-                    zero_grad_after_forward: bool = False) -> MemoryEstimate:
+                    grad_accumulation: int = 1) -> MemoryEstimate:
     """Device bytes of a training step on `batch_size` samples of `input_shape`, traced (see the module's docstring).
 
     model: a factory (`lambda: build_model(...)`, run on the meta device: nothing allocated) or a module (copied
@@ -244,21 +220,21 @@ def estimate_memory(model: nn.Module | Callable[[], nn.Module], input_shape: tup
     precision: fp32 | fp64 (weights in that type) | bf16 | fp16 (fp32 weights, forward under autocast).
     input_dtype: the batch's dtype, float32 (float64 for fp64) unless given (token ids: torch.long; gpufeed's feed
     gives bfloat16 under bf16). channels_last: 4-D batch and weights in that format, as gpufeed train.
-    zero_grad_after_forward: the loop zeroes gradients after the forward, as gpufeed train does, so the last
-    step's gradients are held through the forward. Raises ConfigError for bad arguments, a factory that raises,
-    or a model that cannot train on such a batch.
+    grad_accumulation: micro-batches of `batch_size` per optimizer step (both step orders are traced; with more
+    than 1, `peak_bytes` is the larger). Raises ConfigError for bad arguments, a factory that raises, or a model
+    that cannot train on such a batch.
     """
     if not _positive_int(batch_size):
         raise ConfigError(f"the batch size must be a positive int, got {batch_size!r}")
     setup = _setup(input_shape, num_classes, optimizer, precision, device_type, input_dtype, channels_last,
-                   zero_grad_after_forward)
-    return _trace(model, setup, batch_size)
+                   grad_accumulation)
+    return _planned(model, setup, batch_size)
 
 
 def max_batch_size(model_or_factory: nn.Module | Callable[[], nn.Module], input_shape: tuple[int, ...],
                    num_classes: int, capacity_bytes: int, optimizer: str = "adamw", precision: str = "fp32",
                    device_type: str = "cuda", *, input_dtype: torch.dtype | None = None, channels_last: bool = False,
-                   zero_grad_after_forward: bool = False) -> int:
+                   grad_accumulation: int = 1) -> int:
     """The largest batch whose traced peak_bytes (overhead included) is at most capacity_bytes; 0 if 1 is not.
 
     Each moment of the step holds bytes affine in the batch, so the peak is the largest of a few lines: convex.
@@ -270,7 +246,8 @@ def max_batch_size(model_or_factory: nn.Module | Callable[[], nn.Module], input_
     if not _positive_int(capacity_bytes):
         raise ConfigError(f"the memory capacity must be a positive int of bytes, got {capacity_bytes!r}")
     setup = _setup(input_shape, num_classes, optimizer, precision, device_type, input_dtype, channels_last,
-                   zero_grad_after_forward)
+                   grad_accumulation)
+    orders = STEP_ORDERS if grad_accumulation > 1 else ("grads_freed",)
     known: dict[tuple[_Setup, int], int] = {}
     with contextlib.suppress(TypeError):  # a module, or a factory without weak references: no memory across calls
         if not isinstance(model_or_factory, nn.Module):
@@ -278,7 +255,7 @@ def max_batch_size(model_or_factory: nn.Module | Callable[[], nn.Module], input_
 
     def peak(batch: int) -> int:
         if (setup, batch) not in known:
-            known[(setup, batch)] = _trace(model_or_factory, setup, batch).peak_bytes
+            known[(setup, batch)] = max(_trace(model_or_factory, setup, batch, order).peak_bytes for order in orders)
         return known[(setup, batch)]
 
     def bracket() -> tuple[int, int | None, int | None]:  # largest fitting, smallest failing, next traced below

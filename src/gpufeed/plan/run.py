@@ -20,9 +20,7 @@ from gpufeed.plan.memory import MemoryEstimate, estimate_memory, max_batch_size
 from gpufeed.plan.rank import GpuOption, rank_gpus, recommend
 from gpufeed.plan.system import HostPlan, plan_host
 from gpufeed.train.models import MODELS, build_model
-
-OPTIMIZERS = ("sgd", "adam", "adamw")
-PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
+from gpufeed.train.step import OPTIMIZERS, TRAIN_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -40,13 +38,14 @@ class PlanRequest:
     bytes_per_sample: int | None = None  # stored (uint8) bytes; default: the input's element count
     cache_dataset: bool = True
     host_gpu: str | None = None  # plan the host around this catalog GPU (default: the top-ranked that fits)
+    grad_accumulation: int = 1  # micro-batches of batch_size per optimizer step
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-        if self.precision not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
-        for name in ("batch_size", "dataset_size", "epochs", "gpus", "num_classes"):
+        if self.precision not in TRAIN_PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of {', '.join(TRAIN_PRECISIONS)}")
+        for name in ("batch_size", "dataset_size", "epochs", "gpus", "num_classes", "grad_accumulation"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
 
@@ -122,7 +121,8 @@ def _calibration(factory, request: PlanRequest, unmeasured: list[str]):
         unmeasured.append(f"model-FLOPs utilisation: {peak.reason}; the stated default is used")
         return None
     return calibrate_mfu(factory(), request.input_shape, request.batch_size, request.num_classes,
-                         torch.device("cuda"), request.precision, peak)
+                         torch.device("cuda"), request.precision, peak, optimizer=request.optimizer,
+                         channels_last=bool(trace_options(request).get("channels_last")))
 
 
 def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
@@ -132,15 +132,18 @@ def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
     params = sum(parameter.numel() for parameter in model.parameters())
     trace = trace_options(request)
     memory = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
-                             optimizer=request.optimizer, precision=request.precision, device_type="cuda", **trace)
+                             optimizer=request.optimizer, precision=request.precision, device_type="cuda",
+                             grad_accumulation=request.grad_accumulation, **trace)
     mfu = _calibration(factory, request, unmeasured) if calibrate else None
     compute = estimate_compute(model, request.input_shape, request.batch_size, request.num_classes,
-                               request.dataset_size, request.epochs, mfu=mfu)
+                               request.dataset_size, request.epochs, mfu=mfu,
+                               grad_accumulation=request.grad_accumulation)
     catalog = load_catalog()
 
     def max_batch_for(capacity_bytes: int) -> int:
         return max_batch_size(factory, request.input_shape, request.num_classes, capacity_bytes,
-                              request.optimizer, request.precision, **trace)
+                              request.optimizer, request.precision, grad_accumulation=request.grad_accumulation,
+                              **trace)
 
     options = rank_gpus(catalog, memory, compute, request.precision, request.gpus, max_batch_for)
     host_spec = _host_spec(request, options, catalog)

@@ -1,0 +1,10 @@
+"""Saved results and the HTML pages made from them: each page is a pure function of its saved --json document.
+
+Modules:
+- document.py: the about block, to_jsonable, loading and checking a saved document, choosing its page
+- html.py: one self-contained page, headings, tables, notes and matplotlib charts inlined as SVG
+- train_page.py: the page of gpufeed train
+- doctor_page.py: the page of gpufeed doctor
+- bench_page.py: the page of gpufeed bench
+- plan_page.py: the page of gpufeed plan
+"""

@@ -249,8 +249,9 @@ def _precision_section(page: Page, runs: list[dict]) -> None:
         page.paragraph("No short training was run (see Not measured).")
         return
     base = {run["device"]: run["seconds"] for run in runs if run["precision"] == "fp32"}
-    page.table(["precision", "device", "test accuracy", "test loss", "seconds", "vs fp32 time", "steps"],
-               [(run["precision"], run["device"], percent(run["test_accuracy"], 1), fixed(run["test_loss"], 4),
+    page.table(["precision", "device", "validation accuracy", "validation loss", "seconds", "vs fp32 time", "steps"],
+               [(run["precision"], run["device"], percent(run["validation_accuracy"], 1),
+                 fixed(run["validation_loss"], 4),
                  fixed(run["seconds"], 2), factor(run["seconds"] / base[run["device"]]
                                                   if run["seconds"] and base.get(run["device"]) else None),
                  run["steps"]) for run in runs],

@@ -23,6 +23,9 @@ PAGE_COMMANDS = ("train", "doctor", "bench", "plan")
 # Keys only that command's body has: a body without them was written by another command (or edited).
 BODY_KEYS = {"train": ("model", "config", "samples_per_s"), "doctor": ("verdict", "findings"),
              "bench": ("settings", "kernels"), "plan": ("request", "memory", "gpus")}
+# Keys renamed within format 1, old name -> current: documents saved before still make their page
+# (`current_names`). Train's result and each of bench's precision runs carry them.
+RENAMED_KEYS = {"test_accuracy": "validation_accuracy", "test_loss": "validation_loss"}
 
 
 def about(command: str, argv: list[str] | None = None, machine: dict | None = None) -> dict:
@@ -72,6 +75,26 @@ def load_document(path: str | Path) -> dict:
     return check_document(document, str(path))
 
 
+def _renamed(record: dict) -> dict:
+    """`record` with its old key names replaced by the current ones (a current name already there wins)."""
+    if not any(old in record for old in RENAMED_KEYS):
+        return record
+    return {RENAMED_KEYS.get(key, key): value for key, value in record.items()
+            if key not in RENAMED_KEYS or RENAMED_KEYS[key] not in record}
+
+
+def current_names(document: dict) -> dict:
+    """A train or bench document under today's key names (`RENAMED_KEYS`); other documents as they are.
+    A copy where anything is renamed: the document given is never changed."""
+    command = document.get("about", {}).get("command") if isinstance(document.get("about"), dict) else None
+    if command == "train":
+        return _renamed(document)
+    runs = document.get("precision_runs")
+    if command == "bench" and isinstance(runs, list):
+        return {**document, "precision_runs": [_renamed(run) if isinstance(run, dict) else run for run in runs]}
+    return document
+
+
 def check_document(document: object, name: str = "the document") -> dict:
     if not isinstance(document, dict) or not isinstance(document.get("about"), dict):
         raise ConfigError(f"{name} has no 'about' block: pages are made from what `gpufeed train|doctor|bench|plan "
@@ -90,11 +113,12 @@ def check_document(document: object, name: str = "the document") -> dict:
         raise ConfigError(f"{name} says `gpufeed {command}` wrote it, but it lacks a {command} result's keys "
                           f"({', '.join(key for key in BODY_KEYS[command] if key not in document)}){looks}: was its "
                           f"about.command edited? write it again with `gpufeed {command} --json`")
-    return document
+    return current_names(document)
 
 
 def render(document: dict) -> str:
-    """The page's HTML for a checked document."""
+    """The page's HTML for a checked document (one saved under older key names too: `current_names`)."""
+    document = current_names(document)
     command = document["about"]["command"]
     if command == "train":
         from gpufeed.report.train_page import train_page as build

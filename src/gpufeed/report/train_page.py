@@ -37,13 +37,14 @@ def train_page(document: dict) -> Page:
 
 def _headline(page: Page, document: dict) -> None:
     page.heading("Result")
-    page.paragraph(f"Validation accuracy {percent(document['test_accuracy'], 1)} after {document['steps']:,} steps "
-                   f"({document['epochs']} epochs) at {document['samples_per_s']:,.0f} samples/s.", css="lead")
+    page.paragraph(f"Validation accuracy {percent(document['validation_accuracy'], 1)} after "
+                   f"{document['steps']:,} steps ({document['epochs']} epochs) at "
+                   f"{document['samples_per_s']:,.0f} samples/s.", css="lead")
     page.paragraph(f"Verdict: {document['verdict']}.")
     cuda = str(document["device"]).startswith("cuda")
     busy = document["device_busy_fraction"]
-    rows = [("validation accuracy", percent(document["test_accuracy"], 1)),
-            ("validation loss", number(document["test_loss"])),
+    rows = [("validation accuracy", percent(document["validation_accuracy"], 1)),
+            ("validation loss", number(document["validation_loss"])),
             ("throughput", f"{document['samples_per_s']:,.0f} samples/s"),
             ("data wait share", percent(document["data_wait_fraction"], 1)),
             ("device busy share", percent(busy, 1) if busy is not None else "n/a (measured with CUDA events only)"),

@@ -1,0 +1,16 @@
+"""gpufeed train: a model trained from a packed dataset, with checkpoints, exact resume and DDP.
+
+Modules:
+- step.py: TrainStep, the one training step every caller runs, and the tables of precisions and optimizers
+- precision.py: the user's precision checked, and what auto picks on this device
+- batch_size.py: --batch-size auto, the largest batch that fits, by backing off on out-of-memory
+- setup.py: resolving the auto precision and batch size before the run
+- config.py: TrainConfig, a frozen dataclass whose unknown keys are an error
+- models.py: mlp, cnn and resnet18 in plain torch, built for the data's shape and classes
+- inputs.py: the training and validation samples, a packed file or the cached built-in dataset
+- loop.py: train(config), the run resolved, the epochs, the evaluation and the result
+- events.py: what a run reports (RunStarted, StepLog, TrainResult) and its one-sentence verdict
+- checkpoint.py: checkpoints that survive a kill and load without running pickled code
+- outputs.py: the files of --out DIR, config.json, metrics.jsonl, model.safetensors, summary.json
+- distributed.py: torchrun's environment and DDP, sums and barriers across ranks
+"""

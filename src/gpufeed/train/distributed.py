@@ -75,14 +75,6 @@ def all_reduce_sum(context: DistributedContext, values: list[float]) -> list[flo
     return tensor.tolist()
 
 
-def all_reduce_max(context: DistributedContext, values: list[float]) -> list[float]:
-    if not context.active:
-        return list(values)
-    tensor = torch.tensor(values, dtype=torch.float64, device=context.device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return tensor.tolist()
-
-
 def barrier(context: DistributedContext) -> None:
     if context.active:
         dist.barrier()

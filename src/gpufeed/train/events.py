@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 import torch
 
+from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
+
 
 @dataclass(frozen=True)
 class RunStarted:
@@ -47,8 +49,8 @@ class StepLog:
 
 @dataclass(frozen=True)
 class TrainResult:
-    test_accuracy: float
-    test_loss: float
+    validation_accuracy: float  # on the held-out validation split
+    validation_loss: float
     epochs: int
     steps: int
     steps_this_run: int
@@ -90,7 +92,7 @@ def verdict(result: TrainResult) -> str:
     wait = result.data_wait_fraction
     if result.device_busy_fraction is not None:
         busy = result.device_busy_fraction
-        if busy >= 0.9:
+        if busy >= DEVICE_BUSY_ENOUGH:
             return f"the GPU was busy {busy:.0%} of the time: the input pipeline keeps up"
         if wait >= 0.1:
             return (f"the GPU was busy only {busy:.0%} of the time and the loop waited for data {wait:.0%}: the input "

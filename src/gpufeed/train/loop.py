@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from gpufeed.data.feed import Feed
 from gpufeed.errors import RunFailed
 from gpufeed.measure.sampler import Sampler
-from gpufeed.measure.timers import DeviceBusyTimer, Stopwatch
+from gpufeed.measure.timing import DeviceBusyTimer, Stopwatch
 from gpufeed.train import distributed
 from gpufeed.train.checkpoint import capture_rng, find_latest, restore_rng, save_checkpoint
 from gpufeed.train.config import TrainConfig
@@ -28,6 +28,7 @@ from gpufeed.train.inputs import open_training_data
 from gpufeed.train.models import build_model, parameter_count
 from gpufeed.train.outputs import RunFiles
 from gpufeed.train.setup import choose_batch_size, choose_precision
+from gpufeed.train.step import Precision, TrainStep, make_optimizer, prepare_model
 
 
 def learning_rate_at(step: int, total_steps: int, peak: float, warmup_fraction: float) -> float:
@@ -48,7 +49,8 @@ class _Run:
     trained: torch.nn.Module  # what the loop calls: the model, compiled and/or wrapped in DDP
     optimizer: torch.optim.Optimizer
     scaler: torch.amp.GradScaler | None
-    precision: object
+    precision: Precision
+    train_step: TrainStep
     feed: Feed
     validation: Feed
     total_steps: int
@@ -90,7 +92,7 @@ def _prepare(config: TrainConfig, context: distributed.DistributedContext) -> _R
     classes = len(data.train.classes)
     model = build_model(config.model, sample_shape, classes, config.hidden, config.width)
     precision = choose_precision(config.precision, model, device, sample_shape, classes)
-    model = model.to(device=device, dtype=precision.parameter_dtype, memory_format=torch.channels_last)
+    model = prepare_model(model, precision, device)
     batch_size = choose_batch_size(config.batch_size, model, precision, device, sample_shape, classes,
                                    limit=len(data.train_indices if data.train_indices is not None else data.train)
                                    // context.world_size)
@@ -103,11 +105,13 @@ def _prepare(config: TrainConfig, context: distributed.DistributedContext) -> _R
     total_steps = config.epochs * len(feed)
     if config.max_steps is not None:
         total_steps = min(total_steps, config.max_steps)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.peak_learning_rate, weight_decay=config.weight_decay)
+    optimizer = make_optimizer("adamw", model.parameters(), config.peak_learning_rate, config.weight_decay)
     trained = torch.compile(model) if config.compile else model
     trained = distributed.wrap(trained, context)
+    scaler = precision.scaler(device.type)
+    step = TrainStep(trained, optimizer, precision, device.type, scaler, label_smoothing=config.label_smoothing)
     files = RunFiles(Path(config.out)) if (config.out and context.is_main) else None
-    run = _Run(config, context, model, trained, optimizer, precision.scaler(device), precision, feed, validation,
+    run = _Run(config, context, model, trained, optimizer, scaler, precision, step, feed, validation,
                total_steps, files, skipped_checkpoints=skipped)
     if saved is not None:
         _restore(run, saved)
@@ -145,18 +149,7 @@ def _train_step(run: _Run, images: torch.Tensor, labels: torch.Tensor) -> torch.
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate_at(run.step, run.total_steps, run.config.peak_learning_rate,
                                        run.config.warmup_fraction)
-    run.optimizer.zero_grad(set_to_none=True)  # before the forward: the old gradients are not held through it
-    with run.precision.autocast(run.context.device):
-        logits = run.trained(images)  # (B, classes)
-        loss = F.cross_entropy(logits, labels, label_smoothing=run.config.label_smoothing)
-    if run.scaler is not None:
-        run.scaler.scale(loss).backward()
-        run.scaler.step(run.optimizer)
-        run.scaler.update()
-    else:
-        loss.backward()
-        run.optimizer.step()
-    return loss.detach()
+    return run.train_step(images, labels)
 
 
 class _Interval:
@@ -242,7 +235,7 @@ def evaluate(model: torch.nn.Module, feed: Feed, precision, context: distributed
     loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
     count = 0
     for images, labels in feed:
-        with precision.autocast(context.device):
+        with precision.autocast(context.device.type):
             logits = model(images)  # (B, classes)
         correct += (logits.argmax(dim=1) == labels).sum()
         loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
@@ -279,7 +272,7 @@ def _train_and_evaluate(run: _Run, notify) -> TrainResult:
     if run.context.device.type != "cuda":
         unmeasured.append("device busy share: measured with CUDA events, and the device is not a CUDA GPU")
     result = TrainResult(
-        test_accuracy=accuracy, test_loss=loss, epochs=run.config.epochs, steps=run.step,
+        validation_accuracy=accuracy, validation_loss=loss, epochs=run.config.epochs, steps=run.step,
         steps_this_run=run.step - start_step, samples_per_s=totals["samples"] / max(totals["seconds"], 1e-9),
         data_wait_fraction=wait_share, device_busy_fraction=busy_share,
         gpu_utilization_percent=sum(utilization) / len(utilization) if utilization else None,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 
-from gpufeed.atomic import remove_stale_temporaries, temporary_path, write_text_atomic
+from gpufeed.atomic import finish_temporary, remove_stale_temporaries, temporary_path, write_text_atomic
 from gpufeed.errors import ConfigError, RunFailed
 
 
@@ -40,16 +39,15 @@ class RunFiles:
         write_text_atomic(self.folder / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def save_model(self, model: torch.nn.Module) -> Path:
-        """Final weights as safetensors, written to a temporary file and renamed."""
+        """Final weights as safetensors, written to a temporary file, fsynced and renamed (`finish_temporary`)."""
         destination = self.folder / "model.safetensors"
         remove_stale_temporaries(destination)
         temporary = temporary_path(destination)
         tensors = {name: value.detach().contiguous().cpu() for name, value in model.state_dict().items()}
         try:
             save_file(tensors, str(temporary), metadata={"format": "pt", "producer": "gpufeed"})
-            with open(temporary, "rb") as handle:
-                os.fsync(handle.fileno())
-            os.replace(temporary, destination)
+            with open(temporary, "rb") as handle:  # safetensors writes by path; fsync what it wrote
+                finish_temporary(handle, temporary, destination)
         except OSError as error:
             temporary.unlink(missing_ok=True)
             raise RunFailed(f"could not write {destination}: {error.strerror}; "

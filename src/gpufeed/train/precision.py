@@ -1,46 +1,17 @@
-"""Numeric precision of training: fp64, fp32, bf16 or fp16 (autocast), and what `auto` picks on this device."""
+"""Which precision a run trains in: the user's choice checked, and what `auto` picks on this device (on a CPU
+with bf16 instructions, by timing the training step in both)."""
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import time
-from dataclasses import dataclass
 
 import torch
 
 from gpufeed.errors import ConfigError
+from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep, make_optimizer, prepare_model, random_batch
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16", "fp64")
-
-
-@dataclass(frozen=True)
-class Precision:
-    """`name` is fp32|bf16|fp16|fp64; `reason` says why it was chosen (for the config and the summary)."""
-
-    name: str
-    reason: str
-
-    @property
-    def parameter_dtype(self) -> torch.dtype:
-        return torch.float64 if self.name == "fp64" else torch.float32
-
-    @property
-    def autocast_dtype(self) -> torch.dtype | None:
-        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.name)
-
-    @property
-    def input_dtype(self) -> torch.dtype:
-        """What the feed delivers: bf16 batches under bf16 autocast halve the bytes; fp16 stays fp32 input."""
-        return {"bf16": torch.bfloat16, "fp64": torch.float64}.get(self.name, torch.float32)
-
-    def autocast(self, device: torch.device):
-        if self.autocast_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(device_type=device.type, dtype=self.autocast_dtype)
-
-    def scaler(self, device: torch.device) -> torch.amp.GradScaler | None:
-        return torch.amp.GradScaler(device.type) if self.name == "fp16" else None
+PRECISIONS = ("auto", *TRAIN_PRECISIONS)
 
 
 def resolve_precision(name: str, device: torch.device, cpu_has_bf16: bool = False, time_step=None) -> Precision:
@@ -66,19 +37,26 @@ def resolve_precision(name: str, device: torch.device, cpu_has_bf16: bool = Fals
 
 
 def time_training_step(model: torch.nn.Module, precision: Precision, device: torch.device, batch_size: int,
-                       sample_shape: tuple[int, int, int], num_classes: int, repeats: int = 3) -> float:
-    """Median seconds of a forward+backward step on random data, run on a copy of the model."""
-    model = copy.deepcopy(model)
-    images = torch.randn(batch_size, *sample_shape, device=device, dtype=precision.input_dtype)
-    images = images.contiguous(memory_format=torch.channels_last)
-    labels = torch.randint(0, num_classes, (batch_size,), device=device)
+                       sample_shape: tuple[int, int, int], num_classes: int, optimizer: str = "adamw",
+                       repeats: int = 3) -> float:
+    """Median seconds of the training step (train/step.py: forward, backward, optimizer step) on random data,
+    run on a copy of the model with its own optimizer; the model and the global RNG are left as they were."""
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        return _time_steps(copy.deepcopy(model), precision, device, batch_size, sample_shape, num_classes,
+                           optimizer, repeats)
+
+
+def _time_steps(model, precision, device, batch_size, sample_shape, num_classes, optimizer, repeats) -> float:
+    model = prepare_model(model, precision, device)
+    step = TrainStep(model, make_optimizer(optimizer, model.parameters()), precision, device.type,
+                     scaler=precision.scaler(device.type))
+    images, labels = random_batch(batch_size, sample_shape, num_classes, device, precision.input_dtype)
     times = []
     for _ in range(repeats + 1):
         start = time.perf_counter()
-        with precision.autocast(device):
-            loss = torch.nn.functional.cross_entropy(model(images.to(precision.parameter_dtype)
-                                                           if precision.autocast_dtype is None else images), labels)
-        loss.backward()
+        step(images, labels)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
         times.append(time.perf_counter() - start)
     measured = sorted(times[1:] or times)  # the first step pays one-time costs
     return measured[len(measured) // 2]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from gpufeed.train.batch_size import AUTO_BATCH_CEILING, find_batch_size
-from gpufeed.train.precision import Precision, resolve_precision, time_training_step
+from gpufeed.train.precision import resolve_precision, time_training_step
+from gpufeed.train.step import Precision
 
 
 def _cpu_has_bf16() -> bool:
@@ -21,8 +22,7 @@ def choose_precision(name: str, model: torch.nn.Module, device: torch.device, sa
     has_bf16 = device.type == "cpu" and name == "auto" and _cpu_has_bf16()
 
     def time_step(precision: Precision) -> float:
-        copy = model.to(device=device, dtype=precision.parameter_dtype, memory_format=torch.channels_last)
-        return time_training_step(copy, precision, device, batch_size, sample_shape, classes)
+        return time_training_step(model, precision, device, batch_size, sample_shape, classes)
 
     return resolve_precision(name, device, cpu_has_bf16=has_bf16, time_step=time_step)
 

@@ -1,0 +1,11 @@
+"""Shared verdict thresholds: one figure for a judgement that more than one command makes."""
+
+from __future__ import annotations
+
+# The device busy share (CUDA-event time on the device over wall time; NVML utilization / 100 where no events were
+# timed) at or above which a training loop counts as busy enough: the feed keeps up, and what remains is the
+# model's own arithmetic. gpufeed's choice, first the doctor's compute_bound rule: even a well-fed loop spends
+# part of each step off the device (the optimizer's launches, Python between kernels, the loader hand-off), so a
+# fully fed loop rarely reads above 0.9, and below 0.8 the idle time is worth a diagnosis. Used by `gpufeed
+# doctor` (rules.compute_bound) and by the verdict of `gpufeed train` (train.events.verdict).
+DEVICE_BUSY_ENOUGH = 0.8

@@ -1,0 +1,202 @@
+"""The training step: one implementation for every caller, and the tables of precisions and optimizers.
+
+`gpufeed train`, its precision and batch-size probes (train/setup.py), bench's step timings (bench/steps.py),
+plan's memory trace on fake tensors (plan/memory.py), its FLOP count (plan/compute.py), `plan --check`
+(plan/check.py) and the MFU calibration all run `TrainStep`, so what the planner traces and what `--check`
+measures is what trains.
+
+The order is the one `gpufeed train` runs, per optimizer step:
+
+    zero_grad(set_to_none=True)           # before the forward: last step's gradients are not held through it
+    for each of K micro-batches:          # K = 1 unless gradients are accumulated
+        forward under autocast -> cross entropy (label smoothing) -> backward of loss / K (scaled under fp16)
+    optimizer.step()                      # through the gradient scaler under fp16
+
+It is two methods, `forward_backward` and `optimizer_step`, because the scaler's step reads a value (its inf
+check calls `.item()`), which fake tensors cannot give: the memory trace runs both with no scaler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpufeed.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class PrecisionSpec:
+    """How a precision trains: the parameters' dtype, autocast's dtype (None: no autocast), the batch's dtype
+    as gpufeed's feed delivers it, whether TF32 tensor cores are on (the caller switches them: bench's
+    `tf32_flags`), and whether a gradient scaler is needed."""
+
+    parameter_dtype: torch.dtype
+    autocast_dtype: torch.dtype | None
+    input_dtype: torch.dtype
+    tensor_float32: bool = False
+    scaled: bool = False
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the matrix products run in."""
+        return self.autocast_dtype or self.parameter_dtype
+
+
+# bf16 batches under bf16 autocast halve the bytes the feed moves; fp16 keeps fp32 inputs (autocast casts them).
+PRECISIONS: dict[str, PrecisionSpec] = {
+    "fp64": PrecisionSpec(torch.float64, None, torch.float64),
+    "fp32": PrecisionSpec(torch.float32, None, torch.float32),
+    "tf32": PrecisionSpec(torch.float32, None, torch.float32, tensor_float32=True),
+    "bf16": PrecisionSpec(torch.float32, torch.bfloat16, torch.bfloat16),
+    "fp16": PrecisionSpec(torch.float32, torch.float16, torch.float32, scaled=True),
+}
+# What a whole training run can be asked for (tf32 is a mode of fp32 matrix products, measured by bench).
+TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
+OPTIMIZERS = ("adamw", "adam", "sgd")
+DEFAULT_LEARNING_RATES = {"adamw": 1e-3, "adam": 1e-3, "sgd": 0.1}  # torch's Adam default; SGD as for ResNets
+SGD_MOMENTUM = 0.9
+
+
+@dataclass(frozen=True)
+class Precision:
+    """A precision chosen for a run: `name` (a key of PRECISIONS) and `reason` (why, for the config and summary)."""
+
+    name: str
+    reason: str
+
+    def __post_init__(self):
+        if self.name not in PRECISIONS:
+            raise ConfigError(f"unknown precision {self.name!r}; choose one of {', '.join(PRECISIONS)}")
+
+    @property
+    def spec(self) -> PrecisionSpec:
+        return PRECISIONS[self.name]
+
+    @property
+    def parameter_dtype(self) -> torch.dtype:
+        return self.spec.parameter_dtype
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return self.spec.autocast_dtype
+
+    @property
+    def input_dtype(self) -> torch.dtype:
+        return self.spec.input_dtype
+
+    def autocast(self, device_type: str):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=device_type, dtype=self.autocast_dtype)
+
+    def scaler(self, device_type: str) -> torch.amp.GradScaler | None:
+        return torch.amp.GradScaler(device_type) if self.spec.scaled else None
+
+
+def make_optimizer(name: str, parameters, learning_rate: float | None = None, weight_decay: float | None = None,
+                   foreach: bool | None = None) -> torch.optim.Optimizer:
+    """AdamW, Adam or SGD with momentum 0.9, at torch's defaults unless given. `foreach` None lets torch pick
+    (multi-tensor on CUDA); the memory trace passes what torch would pick on the planned device."""
+    if name not in OPTIMIZERS:
+        raise ConfigError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    options: dict = {"lr": DEFAULT_LEARNING_RATES[name] if learning_rate is None else learning_rate,
+                     "foreach": foreach}
+    if weight_decay is not None:
+        options["weight_decay"] = weight_decay
+    if name == "sgd":
+        return torch.optim.SGD(parameters, momentum=SGD_MOMENTUM, **options)
+    return (torch.optim.AdamW if name == "adamw" else torch.optim.Adam)(parameters, **options)
+
+
+def prepare_model(model: nn.Module, precision: Precision, device: torch.device | str,
+                  channels_last: bool = True) -> nn.Module:
+    """The model on `device` in the precision's parameter dtype, in channels_last (4-D weights) as train runs it."""
+    memory_format = torch.channels_last if channels_last else torch.preserve_format
+    return model.to(device=device, dtype=precision.parameter_dtype, memory_format=memory_format)
+
+
+def random_batch(batch_size: int, sample_shape: Sequence[int], num_classes: int, device: torch.device | str,
+                 dtype: torch.dtype, channels_last: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch as the feed delivers it: inputs (B, *sample_shape) of `dtype` from the global RNG (channels_last
+    when 4-D), labels (B,) int64 in 0..num_classes-1."""
+    inputs = torch.randn(batch_size, *sample_shape, device=device).to(dtype)
+    if channels_last and inputs.dim() == 4:
+        inputs = inputs.contiguous(memory_format=torch.channels_last)  # (B, C, H, W), channels_last
+    labels = torch.randint(0, num_classes, (batch_size,), device=device)
+    return inputs, labels
+
+
+@dataclass
+class TrainStep:
+    """One optimizer step of `model` (what the loop calls: compiled or DDP-wrapped is fine).
+
+    optimizer: None only to count FLOPs (forward and backward, no step). scaler: the precision's (fp16), or
+    None. num_classes: when given, logits of another shape are a ConfigError (a model that is not a classifier
+    of that many classes). on_phase: told "forward", "backward", "optimizer step" as each begins (the memory
+    trace labels its peak with it).
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer | None
+    precision: Precision
+    device_type: str
+    scaler: torch.amp.GradScaler | None = None
+    label_smoothing: float = 0.0
+    num_classes: int | None = None
+    on_phase: Callable[[str], None] | None = None
+
+    def _phase(self, name: str) -> None:
+        if self.on_phase is not None:
+            self.on_phase(name)
+
+    def zero_grad(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        else:
+            self.model.zero_grad(set_to_none=True)
+
+    def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
+        """Forward, cross entropy and backward of one (micro-)batch; gradients add to what `.grad` holds.
+        Returns the unscaled loss, detached."""
+        self._phase("forward")
+        with self.precision.autocast(self.device_type):
+            logits = self.model(inputs)  # (B, classes)
+            if self.num_classes is not None and tuple(logits.shape) != (len(inputs), self.num_classes):
+                raise ConfigError(f"the model returns {tuple(logits.shape)} for a batch of {len(inputs)}, not "
+                                  f"({len(inputs)}, {self.num_classes}) logits (batch, classes)")
+            loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)  # ()
+        self._phase("backward")
+        scaled = loss if loss_scale == 1.0 else loss * loss_scale
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> None:
+        self._phase("optimizer step")
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """One plain step (no accumulation); the loss, detached."""
+        self.zero_grad()
+        loss = self.forward_backward(inputs, labels)
+        self.optimizer_step()
+        return loss
+
+    def accumulate(self, micro_batches: Iterable[tuple[torch.Tensor, torch.Tensor]], count: int) -> torch.Tensor:
+        """One step over `count` micro-batches, their gradients summed (each loss divided by `count`, so the
+        gradient is the mean over all their samples); the mean loss, detached."""
+        self.zero_grad()
+        total = None
+        for inputs, labels in micro_batches:
+            loss = self.forward_backward(inputs, labels, loss_scale=1.0 / count)
+            total = loss if total is None else total + loss
+        self.optimizer_step()
+        return total / count

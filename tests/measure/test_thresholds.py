@@ -1,0 +1,43 @@
+"""One figure for "busy enough": the train verdict and the doctor's compute_bound agree at and around it."""
+
+import pytest
+
+from gpufeed.doctor.rules import diagnose
+from gpufeed.measure.steps import StepRecord
+from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
+from gpufeed.train.events import TrainResult, verdict
+
+GPU = {"device": "cuda:0", "cpu_count": 16, "threads": 8, "loader_workers": 8, "loader_pin_memory": True,
+       "batch_size": 256, "dtype_float64_seen": False, "autocast_seen": True, "unmeasured": []}
+
+
+def train_verdict(busy: float, wait: float = 0.0) -> str:
+    result = TrainResult(
+        validation_accuracy=0.5, validation_loss=1.0, epochs=1, steps=10, steps_this_run=10, samples_per_s=1000.0,
+        data_wait_fraction=wait, device_busy_fraction=busy, gpu_utilization_percent=None, peak_memory_bytes=0,
+        device="cuda:0", precision="bf16", world_size=1, batch_size=256, effective_batch_size=256,
+        learning_rate=0.1, seconds=1.0, model="cnn", parameters=1, resumed_from=None, out=None, config={},
+        verdict="", unmeasured=[])
+    return verdict(result)
+
+
+def doctor_healthy(busy: float) -> bool:
+    """Fifty 0.1 s GPU steps with `busy` of each on the device and no wait, copy or sync."""
+    records = [StepRecord(index=i, start_s=0.1 * i, wall_s=0.1, data_wait_s=0.0, copy_s=0.0, copy_bytes=0,
+                          copy_pageable_bytes=0, compute_s=busy * 0.1, sync_count=0, sync_s=0.0, batch_size=256,
+                          float64_ops=0, kernel_launches=200) for i in range(50)]
+    return "compute_bound" in {finding.kind for finding in diagnose(records, [], GPU).findings}
+
+
+def test_the_shared_figure_is_eighty_percent():
+    assert DEVICE_BUSY_ENOUGH == 0.8
+
+
+@pytest.mark.parametrize("busy, enough", [(0.85, True), (0.81, True), (0.79, False), (0.5, False)])
+def test_train_and_doctor_agree_on_busy_enough(busy, enough):
+    assert ("the input pipeline keeps up" in train_verdict(busy)) is enough
+    assert doctor_healthy(busy) is enough
+
+
+def test_below_the_figure_the_train_verdict_names_the_data_wait():
+    assert "input pipeline is the bottleneck" in train_verdict(0.79, wait=0.2)
