@@ -31,6 +31,8 @@ examples:
   gpufeed pack builtin:test data/test.gpuf              # its 10,000 test images
   gpufeed pack builtin small.gpuf --count 5000 --seed 1
   gpufeed pack photos/ photos.gpuf --size 64 64         # one subfolder per class; scale, centre-crop
+  gpufeed pack photos/ photos.gpuf --max-side 256       # each image at its own size, longer side <= 256, JPEG
+  gpufeed pack photos/ photos.gpuf --max-side 256 --encoding raw   # uint8 pixels: more disk, no decoding
   gpufeed pack scans/ scans.gpuf --channels 1 --strict  # greyscale; stop at the first bad file
   gpufeed pack arrays.npz data.gpuf                     # arrays x (N, H, W[, C]) uint8 and y (N,)
   gpufeed pack photos/ photos.gpuf --json -             # JSON only, on standard output
@@ -39,9 +41,13 @@ examples:
 SRC is 'builtin', 'builtin:test', a .npz file, or a folder with one subfolder of images per class
 (.jpg .jpeg .png .bmp .webp .gif .tif .tiff; files directly in a folder with no subfolders form one
 class). Images become RGB (or greyscale with --channels 1); alpha is dropped; 16-bit images are scaled
-to 8 bits. Without --size every image must have the same size; with it each image is scaled to cover
-H x W and centre-cropped. Bad files are skipped and listed (--strict stops at the first instead).
-OUT appears only once complete: an interrupted pack leaves nothing there.
+to 8 bits; EXIF orientation is applied. Without --size or --max-side every image must have the same size;
+with --size each image is scaled to cover H x W and centre-cropped; with --max-side N each keeps its aspect
+ratio and is scaled down (never up) so its longer side is at most N, and is stored as a JPEG (--quality,
+default 90; a JPEG source that needs no scaling, rotation or conversion is stored byte for byte) or, with
+--encoding raw, as uint8 pixels. --encoding also applies to --size and to .npz and builtin sources. Bad files
+are skipped and listed (--strict stops at the first instead). OUT appears only once complete: an interrupted
+pack leaves nothing there. --verify names each damaged sample of a file packed with --max-side or --encoding.
 """
 
 SKIPPED_SHOWN = 20
@@ -62,6 +68,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--verify", metavar="FILE.gpuf", help="check every checksum of FILE and exit")
     parser.add_argument("--size", nargs=2, type=int, metavar=("H", "W"),
                         help="folders: scale each image to cover H x W, then crop the centre")
+    parser.add_argument("--max-side", type=int, metavar="N",
+                        help="folders: keep each image's aspect ratio, scaled down so its longer side is at most N")
+    parser.add_argument("--encoding", choices=("jpeg", "raw"),
+                        help="store samples as JPEG files (default with --max-side) or raw uint8 pixels")
+    parser.add_argument("--quality", type=int, metavar="Q", help="JPEG quality 1..100 (default 90)")
     parser.add_argument("--channels", type=int, choices=(1, 3), help="folders: 3 for RGB (default), 1 for grey")
     parser.add_argument("--count", type=int, metavar="N", help="builtin: number of images (default: whole split)")
     parser.add_argument("--split", choices=("train", "test"), help="builtin: which split (default train)")
@@ -83,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     if args.src is None or args.out is None:
         raise ConfigError("give SRC and OUT.gpuf, for example: gpufeed pack builtin data/train.gpuf "
                           "(see gpufeed pack --help)")
-    options = {"size": args.size, "channels": args.channels, "count": args.count, "split": args.split,
+    options = {"size": args.size, "max_side": args.max_side, "encoding": args.encoding, "quality": args.quality,
+               "channels": args.channels, "count": args.count, "split": args.split,
                "seed": args.seed, "strict": True if args.strict else None, "workers": args.workers}
     with _progress_bar(f"packing {args.src}", in_bytes=False) as update:
         result = pack(args.src, args.out, progress=update, **options)
@@ -128,11 +140,21 @@ def _say(text: str) -> None:
     console.print(text, markup=False, soft_wrap=True)
 
 
+def _shape_text(shape, max_shape) -> str:
+    if shape is not None:
+        return f"{shape[0]} x {shape[1]} x {shape[2]} (height x width x channels)"
+    return f"up to {max_shape[0]} x {max_shape[1]} x {max_shape[2]} (height x width x channels; sizes differ)"
+
+
 def _print_summary(result: PackResult) -> None:
-    height, width, channels = result.shape
     names = ", ".join(result.classes[:CLASSES_SHOWN]) + (", ..." if len(result.classes) > CLASSES_SHOWN else "")
     _say(f"packed {result.count:,} images into {result.destination}")
-    _say(f"  shape         {height} x {width} x {channels} (height x width x channels)")
+    _say(f"  shape         {_shape_text(result.shape, result.max_shape)}")
+    if result.version > 1:
+        quality = f" quality {result.quality}" if result.encoding == "jpeg" else ""
+        limit = f"; longer side at most {result.max_side}" if result.max_side else ""
+        stored = f"; {result.passthrough:,} JPEG files stored byte for byte" if result.encoding == "jpeg" else ""
+        _say(f"  encoding      {result.encoding}{quality}{limit}{stored}")
     _say(f"  classes       {len(result.classes)}: {names}")
     _say(f"  size on disk  {human_bytes(result.bytes_written)}")
     _say(f"  time          {result.seconds:.2f} s ({result.images_per_second:,.0f} images/s)")
@@ -149,14 +171,16 @@ def _print_summary(result: PackResult) -> None:
 def _verify(path: str, json_path: str | None) -> int:
     started = time.perf_counter()
     header = read_header(path)
-    total = header.images_bytes + header.labels_bytes
+    total = header.checked_bytes
     with _progress_bar(f"verifying {path}", in_bytes=True) as update:
         checked = verify_checksums(path, header, progress=lambda done: update(done, total))
     seconds = time.perf_counter() - started
-    height, width, channels = header.shape
-    emit_json({"path": path, "ok": True, "count": header.count, "shape": list(header.shape),
+    shape = list(header.max_shape) if header.is_fixed_size else None
+    emit_json({"path": path, "ok": True, "count": header.count, "version": header.version,
+               "encoding": header.encoding, "shape": shape, "max_shape": list(header.max_shape),
                "classes": list(header.classes), "bytes_checked": checked, "seconds": seconds}, json_path)
     if json_path != "-":
-        _say(f"OK {path}: {header.count:,} images of {height} x {width} x {channels}, "
+        kind = "" if header.encoding == "raw" else f" ({header.encoding})"
+        _say(f"OK {path}: {header.count:,} images{kind} of {_shape_text(shape, header.max_shape)}, "
              f"{len(header.classes)} classes; {human_bytes(checked)} checked in {seconds:.2f} s")
     return 0

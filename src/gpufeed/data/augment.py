@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gpufeed.data.crops import RESIZED_AUGMENTS
 from gpufeed.errors import ConfigError
 
 AUGMENTS = ("crop+flip", "crop", "flip", None)
@@ -35,7 +36,7 @@ def parse_augment(augment: str | None, padding: int = 4) -> CropFlip | None:
     if augment in (None, "none", ""):
         return None
     if augment not in AUGMENTS:
-        choices = ", ".join(repr(a) for a in AUGMENTS)
+        choices = ", ".join(repr(a) for a in AUGMENTS + RESIZED_AUGMENTS)
         raise ConfigError(f"unknown augment {augment!r}; choose one of {choices}")
     if padding < 0:
         raise ConfigError(f"crop padding must be >= 0, got {padding}")

@@ -35,9 +35,10 @@ import itertools
 import multiprocessing
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 from PIL import Image, ImageOps
@@ -70,19 +71,37 @@ def is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
-def _open_complete(path: str, size: tuple[int, int] | None) -> Image.Image:
-    """Open `path`, decode its first frame completely, apply its EXIF orientation, and close the file."""
-    with Image.open(path) as image:
-        if size is not None and image.format == "JPEG":
-            swapped = image.getexif().get(ORIENTATION_TAG) in (5, 6, 7, 8)  # a quarter turn swaps H and W
-            oriented = (image.width, image.height) if swapped else (image.height, image.width)
-            scale = _cover_scale(oriented, size)
+@dataclass(frozen=True)
+class Opened:
+    """A file's first frame decoded completely with its EXIF orientation applied; the file's `format` and EXIF
+    `orientation` (None when absent); `size` (height, width) after orientation, before any JPEG draft scaling."""
+
+    image: Image.Image
+    format: str | None
+    orientation: int | None
+    size: tuple[int, int]
+
+
+def open_complete(source: str | BinaryIO, scale_of: Callable[[tuple[int, int]], float] | None = None) -> Opened:
+    """Open `source`, decode its first frame completely, apply its EXIF orientation, and close the file.
+
+    `scale_of(size)`, given the oriented (height, width), says how much the image will be scaled; a JPEG
+    scaled below 1 is then decoded by libjpeg at the smallest 1/2, 1/4 or 1/8 scale that still covers it.
+    """
+    with Image.open(source) as image:
+        orientation = image.getexif().get(ORIENTATION_TAG)
+        swapped = orientation in (5, 6, 7, 8)  # a quarter turn swaps H and W
+        oriented = (image.width, image.height) if swapped else (image.height, image.width)
+        facts = dict(format=image.format, orientation=orientation, size=oriented)
+        scale = 1.0 if scale_of is None else scale_of(oriented)
+        if image.format == "JPEG" and scale < 1:
             image.draft(None, (int(np.ceil(image.width * scale)), int(np.ceil(image.height * scale))))
         image.load()  # raises OSError for a truncated file: LOAD_TRUNCATED_IMAGES stays False
-        return ImageOps.exif_transpose(image)  # a new image (rotated, or a copy) that outlives the file
+        return Opened(ImageOps.exif_transpose(image), **facts)  # a new image that outlives the file
 
 
-def _reason(error: BaseException) -> str:
+def failure_reason(error: BaseException) -> str:
+    """Why a file could not be decoded, in a few words (the reason a skipped file is listed with)."""
     if isinstance(error, PermissionError):
         return "permission denied"
     if isinstance(error, IsADirectoryError):
@@ -136,7 +155,7 @@ def decode_image(path: str, size: tuple[int, int] | None, channels: int) -> Deco
     try:
         if os.path.getsize(path) == 0:
             return Decoded(reason="empty file (0 bytes)")
-        image = _open_complete(path, size)
+        image = open_complete(path, None if size is None else lambda found: _cover_scale(found, size)).image
         original = (image.height, image.width)
         image, converted = convert_mode(image, channels)
         resized = False
@@ -144,14 +163,14 @@ def decode_image(path: str, size: tuple[int, int] | None, channels: int) -> Deco
             image, resized = resize_and_crop(image, size)
         pixels = np.asarray(image, dtype=np.uint8)
     except Exception as error:  # noqa: BLE001 - any failure to decode one file is that file's defect
-        return Decoded(reason=_reason(error))
+        return Decoded(reason=failure_reason(error))
     if pixels.ndim == 2:
         pixels = pixels[:, :, None]
     return Decoded(pixels=np.ascontiguousarray(pixels), size=original, converted=converted, resized=resized)
 
 
 def decode_files(paths: list[str], size: tuple[int, int] | None, channels: int) -> list[Decoded]:
-    """Decode a chunk of files, in order (the unit of work sent to a worker process)."""
+    """Decode a chunk of files, in order (the unit of work sent to a worker process for a version-1 pack)."""
     return [decode_image(path, size, channels) for path in paths]
 
 
@@ -250,28 +269,30 @@ def files_per_chunk(files: list[str], size, channels: int, workers: int) -> int:
     return int(np.clip(IN_FLIGHT_BYTES // (in_flight * per_image), 1, FILES_PER_CHUNK))
 
 
-def decode_stream(files: list[str], size: tuple[int, int] | None, channels: int, workers: int,
-                  chunk_files: int, chunks_in_flight: int) -> Iterator[list[Decoded]]:
-    """Decode `files` in order, `chunk_files` at a time, with at most `chunks_in_flight` chunks queued.
+def decode_stream(files: list[str], work: Callable[[list[str]], list], workers: int, chunk_files: int,
+                  chunks_in_flight: int) -> Iterator[list]:
+    """Run `work` on `files` in order, `chunk_files` at a time, with at most `chunks_in_flight` chunks queued.
 
-    `workers=0` decodes in this process; otherwise a "spawn" process pool does. A worker that dies raises
-    `BrokenProcessPool`. Closing the generator cancels the queued chunks and stops the workers.
+    `work` takes a chunk of paths and returns one result per path: `functools.partial(decode_files, ...)`, or
+    `encode.store_files` for a version-2 pack; it must be picklable (a module-level function or a partial of
+    one). `workers=0` runs it in this process; otherwise a "spawn" process pool does. A worker that dies
+    raises `BrokenProcessPool`. Closing the generator cancels the queued chunks and stops the workers.
     """
     starts = iter(range(0, len(files), chunk_files))
     if workers == 0:
         for start in starts:
-            yield decode_files(files[start:start + chunk_files], size, channels)
+            yield work(files[start:start + chunk_files])
         return
     context = multiprocessing.get_context("spawn")
     executor = ProcessPoolExecutor(max_workers=workers, mp_context=context)
     try:
-        pending = deque(executor.submit(decode_files, files[start:start + chunk_files], size, channels)
+        pending = deque(executor.submit(work, files[start:start + chunk_files])
                         for start in itertools.islice(starts, chunks_in_flight))
         while pending:
             results = pending.popleft().result()
             start = next(starts, None)
             if start is not None:
-                pending.append(executor.submit(decode_files, files[start:start + chunk_files], size, channels))
+                pending.append(executor.submit(work, files[start:start + chunk_files]))
             yield results
     finally:
         executor.shutdown(wait=True, cancel_futures=True)

@@ -1,10 +1,14 @@
 """`Feed`: batches from a packed dataset to the device, with the CPU and the device overlapping.
 
-Per batch (see DESIGN.md): the order says which samples; a staging thread gathers them as uint8 into a ring
-slot (pinned memory when the device is a CUDA GPU); the slot is copied to the device on a side stream with an
-event; augmentation runs on the device on the whole batch, after that event. If the dataset fits in device
-memory with room to spare it is moved there once and batches are gathered on the device. On the CPU the same
-stages run on the staging threads, so the consumer receives finished float batches.
+Per batch (docs/design.md, "The flow of one training step"): the order says which samples; a staging thread
+gathers them as uint8 into a ring slot (pinned memory when the device is a CUDA GPU); the slot is copied to the
+device on a side stream with an event; augmentation runs on the device on the whole batch, after that event.
+If the dataset fits in device memory with room to spare it is moved there once and batches are gathered on the
+device. On the CPU the same stages run on the staging threads, so the consumer receives finished float batches.
+
+With a resized-crop augment ("random-resized-crop", "centre-crop", for photos of any size) the staging threads
+also crop each sample (decoding JPEG samples) and resize it into the slot (`resize.py`, boxes from
+`crops.py`); the device then flips, converts and normalises the uint8 batch as for fixed-size data.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import numpy as np
 import torch
 
 from gpufeed.data import augment as transforms
+from gpufeed.data import crops
 from gpufeed.data.order import EpochOrder, batches_per_epoch, check_order_arguments, epoch_order
 from gpufeed.data.reader import PackedDataset, dataset_from_arrays, open_packed
+from gpufeed.data.resize import CropResizer
 from gpufeed.data.staging import SlotPool, Staging
 from gpufeed.data.transfer import DeviceTransfer, ResidentData, fits_on_device
 from gpufeed.errors import ConfigError
@@ -40,6 +46,11 @@ class Feed:
     `len(feed)` is batches per epoch for this rank. An exhausted iteration advances to the next epoch;
     `set_epoch(e)` sets it explicitly. `state_dict()` records the epoch and the next unseen batch, and
     `load_state_dict()` resumes there: the resumed batches equal the ones an uninterrupted run would see.
+
+    `augment="random-resized-crop"` (torchvision's RandomResizedCrop and a horizontal flip; "-noflip" without
+    the flip) or `"centre-crop"` (validation) resize every sample to `image_size` (an int or (H, W)), which
+    variable-size data requires. `notes` holds one-line remarks on the settings (e.g. upscaling) for the
+    caller to show.
     """
 
     def __init__(self, source: str | os.PathLike | PackedDataset, batch_size: int, device: str = "auto",
@@ -47,7 +58,7 @@ class Feed:
                  normalize: bool = True, dtype: torch.dtype | None = None, prefetch: int = 4,
                  ram_budget_bytes: int | None = None, rank: int = 0, world_size: int = 1,
                  workers: int | None = None, padding: int = 4, resident: bool | str = "auto",
-                 channels_last: bool | None = None, verify: bool = False, indices=None):
+                 channels_last: bool | None = None, verify: bool = False, indices=None, image_size=None):
         if isinstance(source, PackedDataset):
             self.dataset = source
         else:
@@ -60,7 +71,7 @@ class Feed:
         self.batch_size, self.seed, self.shuffle, self.drop_last = batch_size, int(seed), bool(shuffle), bool(drop_last)
         self.rank, self.world_size = int(rank), int(world_size)
         check_order_arguments(self.count, batch_size, self.rank, self.world_size, self.drop_last)
-        self.plan = transforms.parse_augment(augment, padding)
+        self._setup_augment(augment, padding, image_size)
         if prefetch < 1:
             raise ConfigError(f"prefetch must be at least 1 batch, got {prefetch}")
         self.prefetch = int(prefetch)
@@ -82,6 +93,36 @@ class Feed:
         self._resident_data: ResidentData | None = None
         self.epoch, self.position = 0, 0
 
+    def _setup_augment(self, augment: str | None, padding: int, image_size) -> None:
+        """Sets `plan` (the crop and flip done on the device), and for a resized-crop augment `resized` (its
+        plan) and `cropper` (what crops and resizes on the staging threads)."""
+        self.resized, self.cropper, self.notes = None, None, ()
+        name, fixed = self.dataset.path or "the dataset", self.dataset.is_fixed_size
+        varying = (f"{name} holds images of varying sizes (up to {self.dataset.max_shape[0]}x"
+                   f"{self.dataset.max_shape[1]}): pass image_size=224 (or (H, W))")
+        if augment not in crops.RESIZED_AUGMENTS:
+            self.plan = transforms.parse_augment(augment, padding)
+            if not fixed:
+                raise ConfigError(f"{varying} with augment='random-resized-crop' for training or 'centre-crop' "
+                                  f"for validation")
+            if self.dataset.images is None:
+                raise ConfigError(f"{name} is a version-2 pack: augment={augment!r} needs a version-1 pack; use "
+                                  f"augment='random-resized-crop' or 'centre-crop'")
+            if image_size is not None:
+                raise ConfigError(f"image_size is for augment='random-resized-crop' or 'centre-crop', not "
+                                  f"{augment!r}; choose one of those or leave image_size out")
+            return
+        if image_size is None and not fixed:
+            raise ConfigError(f"{varying}; augment={augment!r} resizes every crop to it")
+        self.cropper = CropResizer(self.dataset)
+        self.resized = crops.parse_resized_crop(augment, self.dataset.shape[:2] if image_size is None else image_size)
+        self.plan = transforms.parse_augment("flip" if self.resized.flip else None)
+        largest = max(self.dataset.max_shape[:2])
+        if max(self.resized.size) > largest:
+            height, width = self.resized.size
+            self.notes = (f"image_size {height}x{width} is larger than the largest packed side ({largest} "
+                          f"pixels): crops are upscaled",)
+
     @classmethod
     def from_arrays(cls, images, labels, batch_size: int, classes=None, **options) -> Feed:
         """A feed over in-memory arrays: images (N, H, W[, C]) uint8, labels (N,) integers."""
@@ -92,6 +133,8 @@ class Feed:
             raise ConfigError(f"resident must be True, False or 'auto', got {resident!r}")
         if self.device.type != "cuda":
             return False  # on the CPU the images already live in host memory (or the page cache)
+        if self.cropper is not None:
+            return False  # crops are resized on the staging threads
         if resident == "auto":
             return fits_on_device(self.dataset.images_bytes, self.device)
         return bool(resident)
@@ -112,8 +155,13 @@ class Feed:
     @property
     def sample_shape(self) -> tuple[int, int, int]:
         """(C, H, W) of one image as the model receives it."""
-        height, width, channels = self.dataset.shape
+        height, width, channels = self._staged_shape
         return channels, height, width
+
+    @property
+    def _staged_shape(self) -> tuple[int, int, int]:
+        """(H, W, C) of one uint8 image in a staging slot."""
+        return tuple(self.dataset.shape) if self.resized is None else (*self.resized.size, self.cropper.channels)
 
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
@@ -180,16 +228,17 @@ class Feed:
     def _iterate_host(self, order: EpochOrder, epoch: int):
         """CPU device: threads gather, augment and convert; the consumer receives finished batches."""
         stop = threading.Event()
-        shape = (self.batch_size, *self.dataset.shape)
+        shape = (self.batch_size, *self._staged_shape)
         pool = SlotPool(lambda: torch.empty(shape, dtype=torch.uint8), self.prefetch + self.workers, stop)
-        images, labels = self.dataset.images_tensor(), self.dataset.labels
+        images = None if self.cropper else self.dataset.images_tensor()
+        labels = self.dataset.labels
 
         def prepare(index: int):
             indices = order.batches[index]
             slot = pool.acquire()
             try:
                 batch = slot[: len(indices)]
-                torch.index_select(images, 0, torch.from_numpy(indices), out=batch)
+                self._gather(images, epoch, index, indices, batch)
                 draws = self._draws(epoch, index, len(indices))
                 finished = self._finish(batch, None if draws is None else torch.from_numpy(draws))
             finally:
@@ -203,9 +252,9 @@ class Feed:
     def _iterate_transfer(self, order: EpochOrder, epoch: int):
         """GPU (or MPS): threads gather uint8 into pinned slots; copies run on a side stream; augment on device."""
         stop = threading.Event()
-        transfer = DeviceTransfer(self.device, self.batch_size, self.dataset.shape, lookahead=2)
+        transfer = DeviceTransfer(self.device, self.batch_size, self._staged_shape, lookahead=2)
         pool = SlotPool(transfer.make_host_slot, self.prefetch + self.workers + transfer.lookahead + 1, stop)
-        images = self.dataset.images_tensor()
+        images = None if self.cropper else self.dataset.images_tensor()
 
         def prepare(index: int):
             slot = pool.acquire()
@@ -215,16 +264,28 @@ class Feed:
         for index, device_images, device_labels, device_draws in transfer.stream(staging, pool):
             yield index, self._finish(device_images, device_draws if self.plan else None), device_labels
 
-    def stage_batch(self, images: torch.Tensor, order: EpochOrder, epoch: int, index: int, slot) -> int:
+    def stage_batch(self, images: torch.Tensor | None, order: EpochOrder, epoch: int, index: int, slot) -> int:
         """The CPU's whole share of the GPU path: gather batch `index` as uint8 into `slot` (a `HostSlot`),
         with its labels and augmentation draws. Returns the batch's size."""
         indices = order.batches[index]
         size = len(indices)
-        torch.index_select(images, 0, torch.from_numpy(indices), out=slot.images[:size])
+        self._gather(images, epoch, index, indices, slot.images[:size])
         slot.labels_numpy[:size] = self.dataset.labels[indices]
         draws = self._draws(epoch, index, size)
         slot.draws_numpy[:, :size] = 0 if draws is None else draws
         return size
+
+    def _gather(self, images: torch.Tensor | None, epoch: int, index: int, indices: np.ndarray,
+                out: torch.Tensor) -> None:
+        """Batch `index` as uint8 (B, H, W, C) into `out`: a gather of the packed `images`, or, with a
+        resized-crop augment, each sample cropped (decoded) and resized here on the calling thread."""
+        if self.cropper is None:
+            torch.index_select(images, 0, torch.from_numpy(indices), out=out)
+            return
+        heights, widths = self.cropper.heights[indices], self.cropper.widths[indices]
+        boxes = crops.batch_boxes(self.resized, heights, widths, self.seed, epoch, index,
+                                  step=self.batch_size * self.world_size, start=self.rank * self.batch_size)
+        self.cropper.stage(indices, boxes, out)
 
     def _iterate_resident(self, order: EpochOrder, epoch: int):
         """The whole dataset is on the device: gather each batch there, no per-step copy of images."""

@@ -1,8 +1,10 @@
 """Write `.gpuf` packed datasets from arrays, a `.npz` file or the built-in dataset, and `pack`, which picks the
 writer from the source (a folder goes to `folder.py`).
 
-Every writer streams into `PackWriter` (writer.py), which writes a temporary file beside the destination and
-renames it at the end: an error, a strict failure or a killed process leaves nothing at the destination.
+Every writer streams into `PackWriter` (writer.py), or with an `encoding` into `TableWriter` (table_writer.py,
+format version 2: each array stored raw or as a JPEG by encode.py), which write a temporary file beside the
+destination and rename it at the end: an error, a strict failure or a killed process leaves nothing at the
+destination.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from gpufeed.data import builtin
+from gpufeed.data.encode import StoreOptions, store_options, store_pixels
 from gpufeed.data.folder import pack_folder
-from gpufeed.data.pack_result import PackResult, Progress, check_destination, result_for
-from gpufeed.data.pack_result import SkippedFile as SkippedFile  # re-exported: moved to pack_result.py
+from gpufeed.data.pack_result import PackResult, Progress, check_destination, result_for, table_fields
+from gpufeed.data.table_writer import TableWriter
 from gpufeed.data.writer import PackWriter
 from gpufeed.errors import ConfigError
 
@@ -26,13 +29,33 @@ ARRAY_SLICE_BYTES = 64 * 1024 * 1024
 
 
 def _write_stream(destination: Path, shape, classes, total: int, source: str, extra: dict,
-                  chunks: Iterable[tuple[np.ndarray, np.ndarray]], progress: Progress | None) -> int:
-    with PackWriter(destination, shape, classes, max_count=total, source=source, extra=extra) as writer:
+                  chunks: Iterable[tuple[np.ndarray, np.ndarray]], progress: Progress | None,
+                  options: StoreOptions | None = None) -> int:
+    """Write the chunks of images (n, H, W[, C]) and labels (n,): version 1, or version 2 with `options`."""
+    if options is None:
+        writer = PackWriter(destination, shape, classes, max_count=total, source=source, extra=extra)
+    else:
+        writer = TableWriter(destination, shape[2], classes, total, options.encoding, source=source, extra=extra,
+                             quality=options.quality if options.encoding == "jpeg" else None)
+    with writer:
         for images, labels in chunks:
-            writer.append(images, labels)
+            if options is None:
+                writer.append(images, labels)
+            else:
+                for pixels, label in zip(images.reshape(len(images), *shape), labels, strict=True):
+                    stored = store_pixels(pixels, options)
+                    writer.append(stored.data, shape[0], shape[1], int(label), crc32=stored.crc32, sums=stored.sums)
             if progress is not None:
                 progress(writer.count, total)
     return writer.count
+
+
+def _finished(destination: Path, count: int, shape, classes, source: str, started: float,
+              options: StoreOptions | None) -> PackResult:
+    if options is None:
+        return result_for(destination, count, shape, classes, source, started)
+    shape, fields = table_fields(destination)
+    return result_for(destination, count, shape, classes, source, started, **fields)
 
 
 def _check_arrays(images, labels, classes, origin: str) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
@@ -58,26 +81,29 @@ def _check_arrays(images, labels, classes, origin: str) -> tuple[np.ndarray, np.
 
 
 def pack_arrays(images, labels, destination: str | os.PathLike, classes=None, source: str = "arrays",
-                progress: Progress | None = None) -> PackResult:
+                progress: Progress | None = None, encoding: str | None = None,
+                quality: int | None = None) -> PackResult:
     """Pack in-memory (or memory-mapped) arrays: images (N, H, W[, C]) uint8, labels (N,) integers.
 
-    `classes` names the labels (default "0".."K-1"). The arrays are written a slice at a time.
+    `classes` names the labels (default "0".."K-1"). The arrays are written a slice at a time. `encoding`
+    "raw" or "jpeg" (`quality` 1..100, default 90) writes format version 2 (format.py); without it, version 1.
     """
     started = time.perf_counter()
     destination = check_destination(destination)
     images, labels, names = _check_arrays(np.asarray(images), np.asarray(labels), classes, source)
+    options = store_options(encoding, quality, images.shape[3])
     rows = max(1, ARRAY_SLICE_BYTES // int(np.prod(images.shape[1:])))
     slices = ((images[start:start + rows], labels[start:start + rows]) for start in range(0, len(images), rows))
-    count = _write_stream(destination, images.shape[1:], names, len(images), source, {}, slices, progress)
-    return result_for(destination, count, images.shape[1:], names, source, started)
+    count = _write_stream(destination, images.shape[1:], names, len(images), source, {}, slices, progress, options)
+    return _finished(destination, count, images.shape[1:], names, source, started, options)
 
 
-def pack_npz(npz_path: str | os.PathLike, destination: str | os.PathLike,
-             progress: Progress | None = None) -> PackResult:
+def pack_npz(npz_path: str | os.PathLike, destination: str | os.PathLike, progress: Progress | None = None,
+             encoding: str | None = None, quality: int | None = None) -> PackResult:
     """Pack a `.npz` archive with arrays `x` (N, H, W[, C]) uint8 and `y` (N,) integers.
 
     An optional array `classes` of strings names the labels. The archive is loaded into memory (numpy cannot
-    memory-map a `.npz`); nothing in it is unpickled.
+    memory-map a `.npz`); nothing in it is unpickled. `encoding` and `quality` as for `pack_arrays`.
     """
     started = time.perf_counter()
     path = Path(npz_path).expanduser()
@@ -104,13 +130,16 @@ def pack_npz(npz_path: str | os.PathLike, destination: str | os.PathLike,
         raise ConfigError(f"{path}: 'classes' must be a 1-D array of strings, got {classes.dtype} {classes.shape}; "
                           f"save it with classes=np.array(['cat', 'dog'])")
     result = pack_arrays(images, labels, destination, classes=None if classes is None else list(classes),
-                         source=str(path), progress=progress)
+                         source=str(path), progress=progress, encoding=encoding, quality=quality)
     return dataclasses.replace(result, seconds=time.perf_counter() - started)  # the load counts too
 
 
 def pack_builtin(destination: str | os.PathLike, count: int | None = None, split: str = "train", seed: int = 0,
-                 progress: Progress | None = None) -> PackResult:
-    """Pack `count` samples of the built-in dataset (default: the whole split), streamed in chunks."""
+                 progress: Progress | None = None, encoding: str | None = None,
+                 quality: int | None = None) -> PackResult:
+    """Pack `count` samples of the built-in dataset (default: the whole split), streamed in chunks.
+
+    `encoding` and `quality` as for `pack_arrays`."""
     started = time.perf_counter()
     destination = check_destination(destination)
     if count is None:
@@ -119,19 +148,20 @@ def pack_builtin(destination: str | os.PathLike, count: int | None = None, split
         raise ConfigError(f"count must be a whole number of at least 1, got {count!r}")
     if split not in builtin.SPLITS:
         raise ConfigError(f"split must be one of {', '.join(builtin.SPLITS)}, got {split!r}")
+    options = store_options(encoding, quality, 3)
     chunks = builtin.builtin_chunks(count, split, seed)
     source, shape = f"builtin:{split}", (builtin.SIZE, builtin.SIZE, 3)
     written = _write_stream(destination, shape, builtin.CLASSES, count, source, {"split": split, "seed": seed},
-                            chunks, progress)
-    return result_for(destination, written, shape, builtin.CLASSES, source, started)
+                            chunks, progress, options)
+    return _finished(destination, written, shape, builtin.CLASSES, source, started, options)
 
 
 SOURCES_HELP = ("SRC may be 'builtin' (or 'builtin:test'), a .npz file with arrays x and y, "
                 "or a folder with one subfolder of images per class")
 OPTIONS = {
-    "builtin": ("count", "split", "seed", "progress"),
-    "npz": ("progress",),
-    "folder": ("size", "channels", "strict", "workers", "progress"),
+    "builtin": ("count", "split", "seed", "encoding", "quality", "progress"),
+    "npz": ("encoding", "quality", "progress"),
+    "folder": ("size", "max_side", "encoding", "quality", "channels", "strict", "workers", "progress"),
 }
 
 

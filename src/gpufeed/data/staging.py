@@ -3,8 +3,10 @@
 `Staging(prepare, first, end, workers, depth)` runs `prepare(i)` for i in first..end-1 on `workers` threads;
 iterating yields `(i, prepare(i))` in order of i, with at most `depth` batches prepared ahead. Batch i goes
 to thread (i - first) % workers, each with its own queue, so order needs no sorting. An exception in a
-thread reaches the consumer as `StagingError` naming the batch; closing stops the threads promptly (they
-check a stop flag at every wait), so an abandoned epoch never hangs the process.
+thread reaches the consumer as `StagingError` naming the batch, except wrong input (a `GpufeedError` such as
+the `FormatError` of a sample that does not decode), which reaches it as raised, with its exit status 2.
+Closing stops the threads promptly (they check a stop flag at every wait), so an abandoned epoch never hangs
+the process.
 
 `SlotPool` is the ring of reusable staging buffers (pinned on CUDA) that `prepare` fills.
 
@@ -24,7 +26,7 @@ from typing import Any
 
 import torch
 
-from gpufeed.errors import StagingError
+from gpufeed.errors import GpufeedError, RunFailed, StagingError
 
 POLL_S = 0.05
 
@@ -114,6 +116,8 @@ class Staging:
             for index in range(self.first, self.end):
                 status, got, payload = self._get((index - self.first) % self.workers, index)
                 if status == "error":
+                    if isinstance(payload, GpufeedError) and not isinstance(payload, RunFailed):
+                        raise payload  # wrong input (a sample that does not decode): its own one-line message
                     raise StagingError(f"preparing batch {got} failed: {type(payload).__name__}: {payload}") \
                         from payload
                 yield got, payload

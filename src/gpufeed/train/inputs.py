@@ -63,6 +63,16 @@ def _split(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
     return np.sort(order[held:]), np.sort(order[:held])
 
 
+def _check_fixed_size(dataset: PackedDataset, where: str) -> None:
+    """Training reads `images` (one shape); a version-2 pack (per-sample table) has none yet."""
+    if dataset.variable:
+        height, width, _ = dataset.max_shape
+        sizes = "its images differ in size" if not dataset.is_fixed_size else "it stores a per-sample table"
+        raise ConfigError(f"{where} was packed with --max-side or --encoding ({dataset.encoding}; {sizes}, up to "
+                          f"{height}x{width}): training on variable-size data needs --image-size, which gpufeed "
+                          f"train does not have yet; re-pack with --size H W and no --encoding to train on it")
+
+
 def _check_compatible(train: PackedDataset, validation: PackedDataset, where: str) -> None:
     if validation.shape != train.shape:
         raise ConfigError(f"validation data {where} has images of shape {validation.shape}, training data "
@@ -88,8 +98,10 @@ def open_training_data(data: str, validation: str | None = None, validation_frac
         if count is not None:
             raise ConfigError("--count applies to the built-in dataset only; pack a subset to train on fewer")
         train = open_packed(data)
+        _check_fixed_size(train, data)
     if validation is not None:
         held = open_packed(validation)
+        _check_fixed_size(held, validation)
         _check_compatible(train, held, validation)
         return TrainingData(train, None, held, None, f"{data} ({len(train)}), validation {validation} ({len(held)})")
     fraction = DEFAULT_VALIDATION_FRACTION if validation_fraction is None else validation_fraction
