@@ -87,5 +87,9 @@ EOF
   step "bench --quick"  # est 60 s (27 s on a 2-core CPU without a GPU)
   within 150 python3 -m gpufeed bench --quick --json "$OUT/bench.json" | tail -30
 
+  step "plan --check on the GPU: the shared training step, plain and accumulating"  # est 40 s
+  within 60 python3 -m gpufeed plan --model resnet18 --input 3x64x64 --batch-size 128 --check --json "$OUT/plan_check.json" | tail -4
+  within 60 python3 -m gpufeed plan --model resnet18 --input 3x64x64 --batch-size 64 --grad-accumulation 2 --check --json "$OUT/plan_check_accumulating.json" | tail -4
+
   step "done"
 } 2>&1 | tee "$OUT/device_check.log"

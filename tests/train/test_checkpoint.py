@@ -129,7 +129,10 @@ def test_the_checkpoint_just_written_is_never_pruned(tmp_path):
     for step in (30, 40, 50):
         save_checkpoint(tmp_path, step, state, keep=3)
     written = save_checkpoint(tmp_path, 5, state, keep=3)  # an older step, e.g. after resuming from an earlier one
-    assert written.exists() and len(list(tmp_path.iterdir())) == 4
+    # the newest written are kept, not the highest steps: 30 goes, and 5 stays beside 40 and 50
+    names = sorted(path.name for path in tmp_path.iterdir())
+    assert written.exists() and names == ["checkpoint-000000005.pt", "checkpoint-000000040.pt",
+                                          "checkpoint-000000050.pt"]
 
 
 def test_truncated_and_random_checkpoints_are_skipped(tmp_path):

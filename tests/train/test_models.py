@@ -104,6 +104,37 @@ def test_resnet18_imagenet_stem_above_64_px():
     assert sum(isinstance(m, nn.MaxPool2d) for m in model.modules()) == 1
 
 
+def resnet50_parameters_by_hand(in_channels: int, classes: int, stem_kernel: int) -> int:
+    """Bottleneck v1.5: 1x1 (in -> w), 3x3 (w -> w, the stride), 1x1 (w -> 4w), each with BN; a 1x1 projection
+    where the channels change (the first block of each stage)."""
+    total = conv_bn_parameters(in_channels, 64, stem_kernel)
+    in_width = 64
+    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for _ in range(blocks):
+            total += (conv_bn_parameters(in_width, width, 1) + conv_bn_parameters(width, width, 3)
+                      + conv_bn_parameters(width, 4 * width, 1))
+            if in_width != 4 * width:
+                total += conv_bn_parameters(in_width, 4 * width, 1)
+            in_width = 4 * width
+    return total + linear_parameters(2048, classes)
+
+
+def test_resnet50_matches_torchvision_parameter_count_at_224():
+    model = build_model("resnet50", (3, 224, 224), 1000)
+    assert parameter_count(model) == resnet50_parameters_by_hand(3, 1000, stem_kernel=7) == 25_557_032
+
+
+def test_resnet50_is_v1_5_the_stride_in_the_3x3_convolution():
+    model = build_model("resnet50", (3, 224, 224), 1000)
+    strided = [m for m in model.blocks.modules() if isinstance(m, nn.Conv2d) and m.stride == (2, 2)]
+    # three stages downsample: each with its 3x3 conv and its projection shortcut, no strided 1x1 in the path
+    assert sorted(m.kernel_size for m in strided) == [(1, 1)] * 3 + [(3, 3)] * 3
+    with torch.no_grad():
+        assert model(torch.randn(1, 3, 224, 224)).shape == (1, 1000)
+    assert parameter_count(build_model("resnet50", (3, 32, 32), 10)) == \
+        resnet50_parameters_by_hand(3, 10, stem_kernel=3) == 23_520_842
+
+
 def test_cnn_stem_brings_large_inputs_to_at_most_64_px():
     assert [stem_halvings(s) for s in (28, 32, 64, 65, 224, 512)] == [0, 0, 0, 1, 2, 3]
     model = build_model("cnn", (3, 224, 224), 1000)

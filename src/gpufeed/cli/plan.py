@@ -33,7 +33,7 @@ def register(subparsers) -> None:
                                    description="Device memory itemized, compute, host RAM, cores, disk and power "
                                                "supply, and the catalog's GPUs ranked by time and cost.",
                                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="mlp | cnn | resnet18 | path/to/file.py:factory")
+    parser.add_argument("--model", required=True, help="mlp | cnn | resnet18 | resnet50 | path/to/file.py:factory")
     parser.add_argument("--input", default=None, help="one sample's shape, CxHxW (default 3x32x32, or from --data)")
     parser.add_argument("--classes", type=int, default=None, help="number of classes (default 10, or from --data)")
     parser.add_argument("--batch-size", type=int, default=256,

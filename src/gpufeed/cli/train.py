@@ -8,10 +8,18 @@ import os
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document, error_console
+from gpufeed.cli.output import (
+    add_html_flag,
+    add_json_flag,
+    check_output_paths,
+    console,
+    emit_document,
+    emit_json,
+    error_console,
+)
 from gpufeed.errors import ConfigError
 from gpufeed.train.config import TrainConfig
-from gpufeed.train.events import RunStarted, StepLog, TrainResult
+from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult
 
 EXAMPLES = """examples:
   gpufeed train                                   # the CNN on the built-in dataset, on the best device here
@@ -19,6 +27,8 @@ EXAMPLES = """examples:
   gpufeed train --json run.json --html run.html   # the summary as JSON and a page with the step timeline
   gpufeed pack photos/ train.gpuf --size 64 64 && gpufeed train --data train.gpuf --val-fraction 0.1
   gpufeed train --out runs/a --checkpoint-every 200 ; gpufeed train --out runs/a --resume
+  gpufeed train --out runs/a --resume --epochs 10  # the same run, trained longer
+  gpufeed train --out runs/a --overwrite --model mlp   # replaces the run in runs/a
   torchrun --nproc_per_node 4 -m gpufeed train --data train.gpuf --batch-size 256     # 4 GPUs, DDP
   torchrun --nnodes 2 --node_rank R --nproc_per_node 8 --rdzv_backend c10d \\
            --rdzv_endpoint HOST0:29500 -m gpufeed train --data train.gpuf          # on each of 2 machines
@@ -52,27 +62,31 @@ def register(subparsers) -> None:
                                    description="Train an MLP, a CIFAR-style CNN or a ResNet-18 on a packed dataset "
                                                "(default: the built-in one), with checkpoints and exact resume.",
                                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default="builtin", help="TRAIN.gpuf, or 'builtin' (default)")
+    # No defaults here: TrainConfig holds them, and an option left out is one a resumed run takes from the run.
+    parser.add_argument("--data", help="TRAIN.gpuf, or 'builtin' (default)")
     parser.add_argument("--val", dest="validation", help="a packed validation set (same shape and classes)")
     parser.add_argument("--val-fraction", dest="validation_fraction", type=float,
                         help="hold out this share of --data for validation (default 0.1 without --val)")
     parser.add_argument("--count", type=int, help="built-in data only: train on this many images (default 50000)")
-    parser.add_argument("--model", default="cnn", help="mlp | cnn | resnet18 (default cnn)")
-    parser.add_argument("--hidden", type=_hidden, default=(512, 256), help="MLP hidden sizes (default 512,256)")
+    parser.add_argument("--model", help="mlp | cnn | resnet18 (default cnn)")
+    parser.add_argument("--hidden", type=_hidden, help="MLP hidden sizes (default 512,256)")
     parser.add_argument("--width", type=int, help="CNN base width (default: the model's)")
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--batch-size", type=_batch, default=256, help="per device, or 'auto' (largest that fits)")
+    parser.add_argument("--epochs", type=int, help="passes over the data (default 5)")
+    parser.add_argument("--batch-size", type=_batch, help="per device (default 256), or 'auto' (largest that fits)")
     parser.add_argument("--lr", dest="learning_rate", type=float, help="peak learning rate (AdamW; default per model)")
-    parser.add_argument("--precision", default="auto", help="auto | fp32 | bf16 | fp16 | fp64")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N | mps")
+    parser.add_argument("--precision", help="auto (default) | fp32 | bf16 | fp16 | fp64")
+    parser.add_argument("--device", help="auto (default) | cpu | cuda | cuda:N | mps")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
     parser.add_argument("--workers", type=int, help="staging threads of the feed")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, help="seeds the weights, the shuffle and the validation split (default 0)")
     parser.add_argument("--out", help="folder for config.json, metrics.jsonl, model.safetensors, checkpoints")
-    parser.add_argument("--checkpoint-every", dest="checkpoint_every_steps", type=int, default=0,
+    parser.add_argument("--checkpoint-every", dest="checkpoint_every_steps", type=int,
                         help="also checkpoint every N steps (always at each epoch end)")
-    parser.add_argument("--resume", action="store_true", help="continue from the newest valid checkpoint in --out")
-    parser.add_argument("--log-every", dest="log_every_steps", type=int, default=20)
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its newest valid checkpoint, with its settings")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="remove the run in --out (its files and checkpoints) and train a new one there")
+    parser.add_argument("--log-every", dest="log_every_steps", type=int, help="steps per log line (default 20)")
     parser.add_argument("--max-steps", type=int, help="stop after this many steps in all")
     add_json_flag(parser, "write the summary as JSON to PATH ('-' for standard output)")
     add_html_flag(parser)
@@ -102,7 +116,7 @@ class _Screen:
     def _started(self, event: RunStarted) -> None:
         if not self.quiet:
             shown = {key: value for key, value in event.config.items() if value not in (None, False)
-                     and not (key == "hidden" and event.config["model"] != "mlp")}
+                     and key != "explicit" and not (key == "hidden" and event.config["model"] != "mlp")}
             self.out.print(f"[bold]gpufeed train[/bold] {event.data}: {event.train_samples} train, "
                            f"{event.validation_samples} validation samples")
             self.out.print(f"  model {event.config['model']} ({event.parameters:,} parameters) on {event.device}, "
@@ -113,6 +127,8 @@ class _Screen:
             error_console.print(f"warning: skipped checkpoint {skipped}")
         if event.resumed_from:
             self.out.print(f"  resumed from {event.resumed_from}")
+        if event.nothing_to_resume:
+            self.out.print(f"  nothing to resume in {event.config['out']}: starting fresh", markup=False)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
                                  TimeRemainingColumn(), console=self.out, transient=False)
@@ -140,10 +156,12 @@ def run(args) -> int:
 
     check_output_paths(args, inputs=tuple(path for path in (args.data, args.validation) if path and path != "builtin"))
     ignored = ("handler", "command", "json", "html", "argv")
-    options = {key: value for key, value in vars(args).items() if key not in ignored}
-    if options["workers"] is not None and options["workers"] < 1:
+    # What the command line set (None and False: left out), recorded so that a resumed run takes the rest.
+    options = {key: value for key, value in vars(args).items()
+               if key not in ignored and value is not None and value is not False}
+    if options.get("workers", 1) < 1:
         raise ConfigError(f"--workers must be at least 1, got {options['workers']}")
-    config = TrainConfig.from_dict(options)
+    config = TrainConfig.from_dict(options | {"explicit": tuple(sorted(options))})
     screen = _Screen(quiet=args.json == "-")
     try:
         result = train(config, on_event=screen)
@@ -151,7 +169,21 @@ def run(args) -> int:
         screen.close()
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
         return 0
+    if isinstance(result, RunComplete):
+        return _complete(result, args)
     if args.json != "-":
         _summary(result)
     emit_document(result, "train", args)
+    return 0
+
+
+def _complete(result: RunComplete, args) -> int:
+    """A resumed run with no steps left: one line, and with --json a document that says so (no page)."""
+    from gpufeed.report.document import about
+
+    (error_console if args.json == "-" else console).print(
+        f"{result.out}: already complete after {result.steps} steps ({result.checkpoint}); "
+        f"to train it longer, resume with more --epochs (or --max-steps)", markup=False)
+    if args.json is not None:
+        emit_json({"about": about("train", getattr(args, "argv", None)), **result.to_dict()}, args.json)
     return 0

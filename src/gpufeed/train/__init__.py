@@ -12,5 +12,6 @@ Modules:
 - events.py: what a run reports (RunStarted, StepLog, TrainResult) and its one-sentence verdict
 - checkpoint.py: checkpoints that survive a kill and load without running pickled code
 - outputs.py: the files of --out DIR, config.json, metrics.jsonl, model.safetensors, summary.json
+- resume.py: how a run starts in --out DIR: fresh, resumed with its settings checked, replaced, or already complete
 - distributed.py: torchrun's environment and DDP, sums and barriers across ranks
 """

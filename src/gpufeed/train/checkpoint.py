@@ -41,12 +41,20 @@ def checkpoint_path(folder: Path, step: int) -> Path:
 
 
 def list_checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every checkpoint file in `folder`, oldest first by the step in the name."""
+    """(step, path) of every checkpoint file in `folder`, oldest written first (equal times: lower step first).
+
+    Time, not the step in the name, says which is newest: a run resumed from an earlier checkpoint writes
+    lower steps after higher ones. Copy a run folder with `cp -a` or `rsync -a`, which keep the times.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found = [(int(match.group(1)), entry) for entry in folder.iterdir() if (match := _NAME.match(entry.name))]
-    return sorted(found)
+    found = []
+    for entry in folder.iterdir():
+        if match := _NAME.match(entry.name):
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile: not a checkpoint any more
+                found.append((entry.stat().st_mtime_ns, int(match.group(1)), entry))
+    return [(step, path) for _, step, path in sorted(found)]
 
 
 def _check_loadable(value: Any, key_path: str) -> None:
@@ -90,7 +98,7 @@ def _remove_stale(folder: Path) -> None:
 
 
 def save_checkpoint(folder: Path, step: int, state: dict, keep: int = 3) -> Path:
-    """Write `state` atomically to `folder/checkpoint-{step:09d}.pt`; keep the newest `keep` checkpoints.
+    """Write `state` atomically to `folder/checkpoint-{step:09d}.pt`; keep the `keep` newest written, this one too.
 
     Raises ConfigError (nothing written) for a state that would not load with weights_only=True,
     and RunFailed when the disk refuses the write; the earlier checkpoints are then untouched.
@@ -121,10 +129,10 @@ def save_checkpoint(folder: Path, step: int, state: dict, keep: int = 3) -> Path
             f"could not write checkpoint {destination}: {reason}; the previous checkpoint {previous} is intact; "
             "free disk space or point --out elsewhere"
         ) from error
-    for _, old in list_checkpoints(folder)[:-keep]:
-        if old != destination:
-            with contextlib.suppress(FileNotFoundError):
-                old.unlink()
+    others = [path for _, path in list_checkpoints(folder) if path != destination]
+    for old in others[: max(0, len(others) - (keep - 1))]:  # the one just written is the newest, always kept
+        with contextlib.suppress(FileNotFoundError):
+            old.unlink()
     return destination
 
 
@@ -146,7 +154,7 @@ def load_checkpoint(path: Path) -> dict:
 
 
 def find_latest(folder: Path) -> tuple[dict | None, Path | None, list[tuple[Path, str]]]:
-    """The newest checkpoint in `folder` that loads, its path, and the (path, reason) of newer ones skipped."""
+    """The newest written checkpoint in `folder` that loads, its path, and the (path, reason) of newer ones skipped."""
     skipped: list[tuple[Path, str]] = []
     for _, path in reversed(list_checkpoints(folder)):
         try:

@@ -10,7 +10,7 @@ from gpufeed.train.models import MODELS
 from gpufeed.train.precision import PRECISIONS
 
 # Peak learning rate per model for AdamW at the default batch; chosen on the built-in data (see README).
-DEFAULT_LEARNING_RATES = {"mlp": 1e-3, "cnn": 2e-3, "resnet18": 1e-3}
+DEFAULT_LEARNING_RATES = {"mlp": 1e-3, "cnn": 2e-3, "resnet18": 1e-3, "resnet50": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -35,9 +35,11 @@ class TrainConfig:
     seed: int = 0
     out: str | None = None
     checkpoint_every_steps: int = 0  # 0: at the end of each epoch only
-    resume: bool = False
+    resume: bool = False  # continue the run in `out` (its settings, unless the command line sets them)
+    overwrite: bool = False  # remove the run in `out` first (its own files only, checkpoints included)
     log_every_steps: int = 20
     max_steps: int | None = None  # stop early (for tests and quick looks)
+    explicit: tuple[str, ...] | None = None  # the options the command line set; None: all (a library caller's)
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -55,12 +57,21 @@ class TrainConfig:
             raise ConfigError(f"--lr must be positive, got {self.learning_rate}")
         if self.resume and not self.out:
             raise ConfigError("--resume needs --out DIR, the folder holding the checkpoints")
+        if self.overwrite and not self.out:
+            raise ConfigError("--overwrite needs --out DIR, the folder whose run it replaces")
+        if self.resume and self.overwrite:
+            raise ConfigError("--resume continues the run in --out and --overwrite replaces it; give one of them")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
 
     @property
     def peak_learning_rate(self) -> float:
         return self.learning_rate if self.learning_rate is not None else DEFAULT_LEARNING_RATES[self.model]
+
+    def total_steps(self, steps_per_epoch: int) -> int:
+        """Optimizer steps of the whole run: all epochs, or `max_steps` when that comes first."""
+        total = self.epochs * steps_per_epoch
+        return total if self.max_steps is None else min(total, self.max_steps)
 
     @classmethod
     def from_dict(cls, values: dict) -> TrainConfig:
@@ -70,8 +81,9 @@ class TrainConfig:
             raise ConfigError(f"unknown configuration keys {', '.join(unknown)}; "
                               f"known keys: {', '.join(sorted(known))}")
         values = dict(values)
-        if "hidden" in values and values["hidden"] is not None:
-            values["hidden"] = tuple(values["hidden"])
+        for name in ("hidden", "explicit"):  # JSON and checkpoints hold lists
+            if values.get(name) is not None:
+                values[name] = tuple(values[name])
         return cls(**values)
 
     def to_dict(self) -> dict:

@@ -27,6 +27,21 @@ class RunStarted:
     total_steps: int
     resumed_from: str | None
     skipped_checkpoints: list
+    nothing_to_resume: bool = False  # --resume found no run in --out, so this one started fresh
+
+
+@dataclass(frozen=True)
+class RunComplete:
+    """--resume of a run that has already taken all its steps: nothing was trained, nothing was written."""
+
+    out: str
+    steps: int  # optimizer steps the run took
+    total_steps: int  # what this configuration asks for (at most `steps`)
+    checkpoint: str  # the newest checkpoint, holding the finished state
+    complete: bool = True
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)

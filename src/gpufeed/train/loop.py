@@ -21,12 +21,13 @@ from gpufeed.errors import RunFailed
 from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.timing import DeviceBusyTimer, Stopwatch
 from gpufeed.train import distributed
-from gpufeed.train.checkpoint import capture_rng, find_latest, restore_rng, save_checkpoint
+from gpufeed.train.checkpoint import capture_rng, restore_rng, save_checkpoint
 from gpufeed.train.config import TrainConfig
-from gpufeed.train.events import RunStarted, StepLog, TrainResult, peak_memory_bytes, verdict
+from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult, peak_memory_bytes, verdict
 from gpufeed.train.inputs import open_training_data
 from gpufeed.train.models import build_model, parameter_count
 from gpufeed.train.outputs import RunFiles
+from gpufeed.train.resume import RunStart, start_run
 from gpufeed.train.setup import choose_batch_size, choose_precision
 from gpufeed.train.step import Precision, TrainStep, make_optimizer, prepare_model
 
@@ -61,33 +62,38 @@ class _Run:
     skipped_checkpoints: list = field(default_factory=list)
 
 
-def train(config: TrainConfig, on_event: Callable[[object], None] | None = None) -> TrainResult:
-    """Run one training job; `on_event` receives RunStarted and StepLog records (rank 0 only)."""
+def train(config: TrainConfig, on_event: Callable[[object], None] | None = None) -> TrainResult | RunComplete:
+    """Run one training job; `on_event` receives RunStarted and StepLog records (rank 0 only).
+
+    `--out` holding another run is a ConfigError unless `config.resume` or `config.overwrite` (`resume.py`);
+    resuming a run that has taken all its steps returns RunComplete and trains nothing.
+    """
     context = distributed.setup(config.device)
     notify = on_event if (on_event is not None and context.is_main) else (lambda event: None)
     try:
-        run = _prepare(config, context)
+        start = start_run(config, context)
+        if start.complete:
+            return RunComplete(out=str(config.out), steps=int(start.state["step"]), total_steps=start.total_steps,
+                               checkpoint=str(start.checkpoint))
+        run = _prepare(start, context)
         notify(RunStarted(config=run.config.to_dict(), device=str(context.device), precision=run.precision.name,
                           precision_reason=run.precision.reason, parameters=parameter_count(run.model),
                           data=run.feed.dataset.path and str(run.feed.dataset.path) or config.data,
                           train_samples=run.feed.count, validation_samples=run.validation.count,
                           world_size=context.world_size, effective_batch_size=run.feed.batch_size * context.world_size,
                           total_steps=run.total_steps, resumed_from=run.resumed_from,
-                          skipped_checkpoints=[f"{path}: {reason}" for path, reason in run.skipped_checkpoints]))
+                          skipped_checkpoints=[f"{path}: {reason}" for path, reason in run.skipped_checkpoints],
+                          nothing_to_resume=start.nothing_to_resume))
         return _train_and_evaluate(run, notify)
     finally:
         distributed.teardown(context)
 
 
-def _prepare(config: TrainConfig, context: distributed.DistributedContext) -> _Run:
+def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
+    config, saved = start.config, start.state  # a resumed run's config holds what its `auto` chose
     device = context.device
     torch.manual_seed(config.seed)
     data = open_training_data(config.data, config.validation, config.validation_fraction, config.seed, config.count)
-    saved, saved_path, skipped = (None, None, [])
-    if config.resume:
-        saved, saved_path, skipped = find_latest(Path(config.out) / "checkpoints")
-    if saved is not None:  # what `auto` chose before is what the resumed run must use
-        config = replace(config, batch_size=saved["config"]["batch_size"], precision=saved["config"]["precision"])
     sample_shape = (data.train.shape[2], data.train.shape[0], data.train.shape[1])
     classes = len(data.train.classes)
     model = build_model(config.model, sample_shape, classes, config.hidden, config.width)
@@ -102,9 +108,7 @@ def _prepare(config: TrainConfig, context: distributed.DistributedContext) -> _R
     feed = Feed(data.train, batch_size, seed=config.seed, indices=data.train_indices, **common)
     validation = Feed(data.validation, batch_size, shuffle=False, augment=None, drop_last=False,
                       indices=data.validation_indices, **common)
-    total_steps = config.epochs * len(feed)
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
+    total_steps = config.total_steps(len(feed))
     optimizer = make_optimizer("adamw", model.parameters(), config.peak_learning_rate, config.weight_decay)
     trained = torch.compile(model) if config.compile else model
     trained = distributed.wrap(trained, context)
@@ -112,10 +116,10 @@ def _prepare(config: TrainConfig, context: distributed.DistributedContext) -> _R
     step = TrainStep(trained, optimizer, precision, device.type, scaler, label_smoothing=config.label_smoothing)
     files = RunFiles(Path(config.out)) if (config.out and context.is_main) else None
     run = _Run(config, context, model, trained, optimizer, scaler, precision, step, feed, validation,
-               total_steps, files, skipped_checkpoints=skipped)
+               total_steps, files, skipped_checkpoints=list(start.skipped))
     if saved is not None:
         _restore(run, saved)
-        run.resumed_from = str(saved_path)
+        run.resumed_from = str(start.checkpoint)
     if files is not None:
         files.write_config(config.to_dict() | {"device": str(device), "precision_reason": precision.reason,
                                               "world_size": context.world_size})

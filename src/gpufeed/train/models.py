@@ -1,5 +1,6 @@
-"""The models `gpufeed train` can build, in plain torch: a multilayer perceptron, a small fast convnet and
-ResNet-18. Each takes a float batch (B, C, H, W), contiguous or channels_last, and returns logits (B, classes).
+"""The models `gpufeed train` can build, in plain torch: a multilayer perceptron, a small fast convnet,
+ResNet-18 and ResNet-50 (v1.5). Each takes a float batch (B, C, H, W), contiguous or channels_last, and returns
+logits (B, classes).
 
 Parameter counts for a 3x32x32 input and 10 classes (each class docstring repeats its own):
 
@@ -9,8 +10,10 @@ Parameter counts for a 3x32x32 input and 10 classes (each class docstring repeat
 | `mlp`      | hidden () (a linear classifier)     |     30,730 |
 | `cnn`      | width 32: stem 16, blocks 32-64-128 |   292,954 |
 | `resnet18` | width 64: stages 64-128-256-512     | 11,173,962 |
+| `resnet50` | width 64: stages 256-512-1024-2048  | 23,520,842 |
 
-The ResNet-18 for 1000 classes at 224x224 has 11,689,512 parameters, exactly torchvision's `resnet18`.
+For 1000 classes at 224x224 (the ImageNet stem): ResNet-18 11,689,512 and ResNet-50 25,557,032 parameters,
+exactly torchvision's `resnet18` and `resnet50`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from torch import nn
 
 from gpufeed.errors import ConfigError
 
-MODELS = ("mlp", "cnn", "resnet18")
+MODELS = ("mlp", "cnn", "resnet18", "resnet50")
 
 CNN_DEFAULT_WIDTH = 32
 RESNET_DEFAULT_WIDTH = 64
@@ -109,6 +112,14 @@ class CNN(nn.Module):
         return self.head(torch.flatten(self.pool(x), 1))  # (B, 4*width) -> (B, classes)
 
 
+def shortcut(in_channels: int, out_channels: int, stride: int) -> nn.Module:
+    """A residual block's shortcut: the identity, or a 1x1 conv + BN projection when the shape changes."""
+    if stride == 1 and in_channels == out_channels:
+        return nn.Identity()
+    return nn.Sequential(nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False),
+                         nn.BatchNorm2d(out_channels))
+
+
 class BasicBlock(nn.Module):
     """ResNet's two-conv residual block; a 1x1 conv + BN projects the shortcut when the shape changes."""
 
@@ -119,11 +130,7 @@ class BasicBlock(nn.Module):
         self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
         self.bn2 = nn.BatchNorm2d(out_channels)
         self.relu = nn.ReLU(inplace=True)
-        self.shortcut: nn.Module = nn.Identity()
-        if stride != 1 or in_channels != out_channels:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False), nn.BatchNorm2d(out_channels)
-            )
+        self.shortcut = shortcut(in_channels, out_channels, stride)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.relu(self.bn1(self.conv1(x)))
@@ -131,17 +138,51 @@ class BasicBlock(nn.Module):
         return self.relu(out + self.shortcut(x))
 
 
-class ResNet18(nn.Module):
-    """ResNet-18 (He et al. 2015), laid out as torchvision's: BasicBlock x [2, 2, 2, 2], widths 64-128-256-512,
-    BN and ReLU, adaptive average pool, fc. PyTorch's default init (no zero-init of the last BN in a block).
+class Bottleneck(nn.Module):
+    """ResNet-50's block, v1.5 as torchvision and NVIDIA's DeepLearningExamples: 1x1 conv -> 3x3 conv (it carries
+    the stride) -> 1x1 conv to 4x the width, each followed by BN (ReLU after the first two); a 1x1 conv + BN
+    projects the shortcut when the shape changes."""
+
+    expansion = 4
+
+    def __init__(self, in_channels: int, width: int, stride: int) -> None:
+        super().__init__()
+        out_channels = width * self.expansion
+        self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out_channels)
+        self.relu = nn.ReLU(inplace=True)
+        self.shortcut = shortcut(in_channels, out_channels, stride)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        return self.relu(out + self.shortcut(x))
+
+
+# name -> (block, blocks per stage), as in He et al. 2015, table 1
+RESNETS = {"resnet18": (BasicBlock, (2, 2, 2, 2)), "resnet50": (Bottleneck, (3, 4, 6, 3))}
+
+
+class ResNet(nn.Module):
+    """ResNet (He et al. 2015) laid out as torchvision's: four stages of widths 64-128-256-512 (times the block's
+    expansion: 1 for ResNet-18's BasicBlock, 4 for ResNet-50's Bottleneck), BN and ReLU, adaptive average pool,
+    fc. PyTorch's default init (no zero-init of the last BN in a block).
 
     Stem: for inputs up to 64 px the CIFAR stem (3x3 conv, stride 1, no max pool); above that the ImageNet
     stem (7x7 conv stride 2, then 3x3 max pool stride 2).
-    Parameters: 11,173,962 for 3x32x32 and 10 classes; 11,689,512 for 3x224x224 and 1000 classes (torchvision's).
+    Parameters, ResNet-18: 11,173,962 for 3x32x32 and 10 classes; 11,689,512 for 3x224x224 and 1000 classes.
+    ResNet-50 (v1.5): 25,557,032 for 3x224x224 and 1000 classes. Both torchvision's counts.
     """
 
-    def __init__(self, in_channels: int, size: int, num_classes: int, width: int = RESNET_DEFAULT_WIDTH) -> None:
+    def __init__(self, name: str, in_channels: int, size: int, num_classes: int,
+                 width: int = RESNET_DEFAULT_WIDTH) -> None:
         super().__init__()
+        block, depths = RESNETS[name]
         if size <= LARGEST_CIFAR_STEM_INPUT:
             stem: list[nn.Module] = [nn.Conv2d(in_channels, width, 3, padding=1, bias=False)]
         else:
@@ -152,17 +193,19 @@ class ResNet18(nn.Module):
         self.stem = nn.Sequential(*stem)
         blocks: list[nn.Module] = []
         in_width = width
-        for stage, out_width in enumerate((width, 2 * width, 4 * width, 8 * width)):
-            stride = 1 if stage == 0 else 2
-            blocks += [BasicBlock(in_width, out_width, stride), BasicBlock(out_width, out_width, 1)]
-            in_width = out_width
+        for stage, depth in enumerate(depths):
+            stage_width = width * 2**stage
+            for index in range(depth):
+                stride = 2 if stage > 0 and index == 0 else 1
+                blocks.append(block(in_width, stage_width, stride))
+                in_width = stage_width * getattr(block, "expansion", 1)
         self.blocks = nn.Sequential(*blocks)
         self.pool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(in_width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.blocks(self.stem(x))  # (B, 8*width, H/8, W/8) with the CIFAR stem, H/32 with the ImageNet one
-        return self.fc(torch.flatten(self.pool(x), 1))  # (B, 8*width) -> (B, classes)
+        x = self.blocks(self.stem(x))  # (B, 8*width*expansion, H/8, W/8) with the CIFAR stem, H/32 with the other
+        return self.fc(torch.flatten(self.pool(x), 1))  # (B, 8*width*expansion) -> (B, classes)
 
 
 def _positive_int(value: object) -> bool:
@@ -184,7 +227,7 @@ def _check_arguments(
     if width is not None and not _positive_int(width):
         raise ConfigError(f"model width must be a positive int, got {width!r}")
     if width is not None and name == "mlp":
-        raise ConfigError("width applies to 'cnn' and 'resnet18'; size the mlp with its hidden layers instead")
+        raise ConfigError("width applies to 'cnn' and the resnets; size the mlp with its hidden layers instead")
     if name == "cnn" and min(sample_shape[1:]) < 8:
         raise ConfigError(f"the cnn pools 3 times and needs images of at least 8x8, got {sample_shape}")
 
@@ -199,7 +242,7 @@ def build_model(
     """The model `name` (one of MODELS) for samples of shape (C, H, W) and `num_classes` classes.
 
     `hidden` sizes the MLP's hidden layers (() for a linear classifier); `width` is the CNN's first block width
-    (default 32) or ResNet-18's first stage width (default 64). Raises ConfigError for anything it cannot build.
+    (default 32) or the ResNets' first stage width (default 64). Raises ConfigError for anything it cannot build.
     """
     hidden = tuple(hidden)
     _check_arguments(name, sample_shape, num_classes, hidden, width)
@@ -209,7 +252,7 @@ def build_model(
         return MLP(channels * height * image_width, hidden, num_classes)
     if name == "cnn":
         return CNN(channels, size, num_classes, width or CNN_DEFAULT_WIDTH)
-    return ResNet18(channels, size, num_classes, width or RESNET_DEFAULT_WIDTH)
+    return ResNet(name, channels, size, num_classes, width or RESNET_DEFAULT_WIDTH)
 
 
 def parameter_count(model: nn.Module) -> int:

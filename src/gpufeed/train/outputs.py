@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -11,6 +13,45 @@ from safetensors.torch import save_file
 
 from gpufeed.atomic import finish_temporary, remove_stale_temporaries, temporary_path, write_text_atomic
 from gpufeed.errors import ConfigError, RunFailed
+from gpufeed.train.checkpoint import list_checkpoints
+
+RUN_FILE_NAMES = ("config.json", "metrics.jsonl", "model.safetensors", "summary.json")  # beside checkpoints/
+
+
+@dataclass(frozen=True)
+class FolderContents:
+    """What of a gpufeed run a folder holds; files gpufeed did not write are not listed, and never removed."""
+
+    folder: Path
+    files: tuple[str, ...]  # names from RUN_FILE_NAMES present
+    checkpoints: tuple[Path, ...]  # checkpoint files in checkpoints/
+
+    @property
+    def holds_run(self) -> bool:
+        return bool(self.files or self.checkpoints)
+
+    def describe(self) -> str:
+        """`config.json, metrics.jsonl, 3 checkpoints`."""
+        count = len(self.checkpoints)
+        return ", ".join([*self.files, *([f"{count} checkpoint{'s' * (count != 1)}"] if count else [])])
+
+
+def read_contents(folder: Path) -> FolderContents:
+    folder = Path(folder)
+    files = tuple(name for name in RUN_FILE_NAMES if (folder / name).is_file())
+    return FolderContents(folder, files, tuple(path for _, path in list_checkpoints(folder / "checkpoints")))
+
+
+def remove_run(contents: FolderContents) -> None:
+    """Delete the run's own files, checkpoints included, and checkpoints/ when that leaves it empty."""
+    try:
+        for path in (*(contents.folder / name for name in contents.files), *contents.checkpoints):
+            path.unlink(missing_ok=True)
+    except OSError as error:
+        raise ConfigError(f"cannot remove the run in {contents.folder}: {error.filename}: {error.strerror}; "
+                          f"remove it by hand or choose another --out") from None
+    with contextlib.suppress(OSError):  # not empty: it holds files gpufeed did not write
+        (contents.folder / "checkpoints").rmdir()
 
 
 class RunFiles:
