@@ -27,6 +27,7 @@ EXAMPLES = """examples:
   gpufeed train --json run.json --html run.html   # the summary as JSON and a page with the step timeline
   gpufeed pack photos/ train.gpuf --size 64 64 && gpufeed train --data train.gpuf --val-fraction 0.1
   gpufeed train --out runs/a --checkpoint-every 200 ; gpufeed train --out runs/a --resume
+  gpufeed train --data train.gpuf --val val.gpuf --model resnet50 --image-size 224  # photos (pack --max-side 256)
   gpufeed train --out runs/a --resume --epochs 10  # the same run, trained longer
   gpufeed train --out runs/a --overwrite --model mlp   # replaces the run in runs/a
   torchrun --nproc_per_node 4 -m gpufeed train --data train.gpuf --batch-size 256     # 4 GPUs, DDP
@@ -59,8 +60,9 @@ def _batch(text: str):
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("train", help="train an image classifier on a GPU or the CPU",
-                                   description="Train an MLP, a CIFAR-style CNN or a ResNet-18 on a packed dataset "
-                                               "(default: the built-in one), with checkpoints and exact resume.",
+                                   description="Train an MLP, a CIFAR-style CNN, a ResNet-18 or a ResNet-50 on a "
+                                               "packed dataset (default: the built-in one), photos of any size "
+                                               "included, with checkpoints and exact resume.",
                                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     # No defaults here: TrainConfig holds them, and an option left out is one a resumed run takes from the run.
     parser.add_argument("--data", help="TRAIN.gpuf, or 'builtin' (default)")
@@ -68,7 +70,10 @@ def register(subparsers) -> None:
     parser.add_argument("--val-fraction", dest="validation_fraction", type=float,
                         help="hold out this share of --data for validation (default 0.1 without --val)")
     parser.add_argument("--count", type=int, help="built-in data only: train on this many images (default 50000)")
-    parser.add_argument("--model", help="mlp | cnn | resnet18 (default cnn)")
+    parser.add_argument("--model", help="mlp | cnn | resnet18 | resnet50 (default cnn)")
+    parser.add_argument("--image-size", type=int, metavar="N",
+                        help="train on N x N random-resized crops (validation: centre crops); needed when the "
+                             "packed images vary in size (gpufeed pack --max-side)")
     parser.add_argument("--hidden", type=_hidden, help="MLP hidden sizes (default 512,256)")
     parser.add_argument("--width", type=int, help="CNN base width (default: the model's)")
     parser.add_argument("--epochs", type=int, help="passes over the data (default 5)")
@@ -127,6 +132,8 @@ class _Screen:
             error_console.print(f"warning: skipped checkpoint {skipped}")
         if event.resumed_from:
             self.out.print(f"  resumed from {event.resumed_from}")
+        for note in event.notes:
+            self.out.print(f"  note: {note}", markup=False)
         if event.nothing_to_resume:
             self.out.print(f"  nothing to resume in {event.config['out']}: starting fresh", markup=False)
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),

@@ -22,6 +22,7 @@ class TrainConfig:
     model: str = "cnn"
     hidden: tuple[int, ...] = (512, 256)
     width: int | None = None
+    image_size: int | None = None  # N x N crops (random-resized for training, centre for validation); None: as packed
     epochs: int = 5
     batch_size: int | str = 256  # or "auto"
     learning_rate: float | None = None  # None: the model's default
@@ -61,6 +62,8 @@ class TrainConfig:
             raise ConfigError("--overwrite needs --out DIR, the folder whose run it replaces")
         if self.resume and self.overwrite:
             raise ConfigError("--resume continues the run in --out and --overwrite replaces it; give one of them")
+        if self.image_size is not None and (not isinstance(self.image_size, int) or self.image_size <= 0):
+            raise ConfigError(f"--image-size must be a positive number of pixels, got {self.image_size!r}")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
 

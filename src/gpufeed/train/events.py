@@ -28,6 +28,7 @@ class RunStarted:
     resumed_from: str | None
     skipped_checkpoints: list
     nothing_to_resume: bool = False  # --resume found no run in --out, so this one started fresh
+    notes: tuple[str, ...] = ()  # one-line remarks on the settings (e.g. crops upscaled past the packed size)
 
 
 @dataclass(frozen=True)

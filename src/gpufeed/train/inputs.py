@@ -63,18 +63,11 @@ def _split(count: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarr
     return np.sort(order[held:]), np.sort(order[:held])
 
 
-def _check_fixed_size(dataset: PackedDataset, where: str) -> None:
-    """Training reads `images` (one shape); a version-2 pack (per-sample table) has none yet."""
-    if dataset.variable:
-        height, width, _ = dataset.max_shape
-        sizes = "its images differ in size" if not dataset.is_fixed_size else "it stores a per-sample table"
-        raise ConfigError(f"{where} was packed with --max-side or --encoding ({dataset.encoding}; {sizes}, up to "
-                          f"{height}x{width}): training on variable-size data needs --image-size, which gpufeed "
-                          f"train does not have yet; re-pack with --size H W and no --encoding to train on it")
-
-
 def _check_compatible(train: PackedDataset, validation: PackedDataset, where: str) -> None:
-    if validation.shape != train.shape:
+    if validation.channels != train.channels:
+        raise ConfigError(f"validation data {where} has {validation.channels}-channel images, training data "
+                          f"{train.channels}; pack both with the same --channels")
+    if not train.variable and not validation.variable and validation.shape != train.shape:
         raise ConfigError(f"validation data {where} has images of shape {validation.shape}, training data "
                           f"{train.shape}; pack both with the same --size and --channels")
     if len(validation.classes) != len(train.classes):
@@ -98,13 +91,47 @@ def open_training_data(data: str, validation: str | None = None, validation_frac
         if count is not None:
             raise ConfigError("--count applies to the built-in dataset only; pack a subset to train on fewer")
         train = open_packed(data)
-        _check_fixed_size(train, data)
     if validation is not None:
         held = open_packed(validation)
-        _check_fixed_size(held, validation)
         _check_compatible(train, held, validation)
         return TrainingData(train, None, held, None, f"{data} ({len(train)}), validation {validation} ({len(held)})")
     fraction = DEFAULT_VALIDATION_FRACTION if validation_fraction is None else validation_fraction
     train_indices, held_indices = _split(len(train), fraction, seed)
     return TrainingData(train, train_indices, train, held_indices,
                         f"{data}: {len(train_indices)} train, {len(held_indices)} held out ({fraction:.0%})")
+
+
+@dataclass(frozen=True)
+class Augments:
+    """How the feeds shape the images: the training and validation augments, the output size (None: the packed
+    size), and the sample shape (C, H, W) the model is built for."""
+
+    train: str | None
+    validation: str | None
+    image_size: tuple[int, int] | None
+    sample_shape: tuple[int, int, int]
+
+
+def choose_augments(data: TrainingData, image_size: int | None) -> Augments:
+    """The CIFAR recipe (pad-crop + flip, validation as packed) for fixed-size version-1 data at its own size;
+    the ImageNet recipe (random-resized-crop + flip for training, centre crop for validation) when the packed
+    images vary in size, are stored per sample (version 2), or differ from `image_size`."""
+    train, validation = data.train, data.validation
+    channels = train.channels
+    fixed_v1 = not train.variable and not validation.variable
+    if image_size is None:
+        if fixed_v1:
+            height, width, _ = train.shape
+            return Augments("crop+flip", None, None, (channels, height, width))
+        for dataset, role in ((train, "training"), (validation, "validation")):
+            if not dataset.is_fixed_size:
+                height, width, _ = dataset.max_shape
+                raise ConfigError(f"the {role} images vary in size (up to {height}x{width}): give --image-size N "
+                                  f"(e.g. 224) to train on random-resized crops of that size")
+        height, width, _ = train.shape
+        size = (height, width)
+    else:
+        size = (int(image_size), int(image_size))
+        if fixed_v1 and tuple(train.shape[:2]) == size and tuple(validation.shape[:2]) == size:
+            return Augments("crop+flip", None, None, (channels, *size))
+    return Augments("random-resized-crop", "centre-crop", size, (channels, *size))

@@ -24,7 +24,7 @@ from gpufeed.train import distributed
 from gpufeed.train.checkpoint import capture_rng, restore_rng, save_checkpoint
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult, peak_memory_bytes, verdict
-from gpufeed.train.inputs import open_training_data
+from gpufeed.train.inputs import choose_augments, open_training_data
 from gpufeed.train.models import build_model, parameter_count
 from gpufeed.train.outputs import RunFiles
 from gpufeed.train.resume import RunStart, start_run
@@ -83,7 +83,8 @@ def train(config: TrainConfig, on_event: Callable[[object], None] | None = None)
                           world_size=context.world_size, effective_batch_size=run.feed.batch_size * context.world_size,
                           total_steps=run.total_steps, resumed_from=run.resumed_from,
                           skipped_checkpoints=[f"{path}: {reason}" for path, reason in run.skipped_checkpoints],
-                          nothing_to_resume=start.nothing_to_resume))
+                          nothing_to_resume=start.nothing_to_resume,
+                          notes=tuple(dict.fromkeys((*run.feed.notes, *run.validation.notes)))))
         return _train_and_evaluate(run, notify)
     finally:
         distributed.teardown(context)
@@ -94,7 +95,8 @@ def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
     device = context.device
     torch.manual_seed(config.seed)
     data = open_training_data(config.data, config.validation, config.validation_fraction, config.seed, config.count)
-    sample_shape = (data.train.shape[2], data.train.shape[0], data.train.shape[1])
+    augments = choose_augments(data, config.image_size)
+    sample_shape = augments.sample_shape
     classes = len(data.train.classes)
     model = build_model(config.model, sample_shape, classes, config.hidden, config.width)
     precision = choose_precision(config.precision, model, device, sample_shape, classes)
@@ -105,9 +107,10 @@ def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
     config = replace(config, batch_size=batch_size, precision=precision.name)
     common = dict(device=device, dtype=precision.input_dtype, rank=context.rank, world_size=context.world_size,
                   workers=config.workers)
-    feed = Feed(data.train, batch_size, seed=config.seed, indices=data.train_indices, **common)
-    validation = Feed(data.validation, batch_size, shuffle=False, augment=None, drop_last=False,
-                      indices=data.validation_indices, **common)
+    feed = Feed(data.train, batch_size, seed=config.seed, indices=data.train_indices, augment=augments.train,
+                image_size=augments.image_size, **common)
+    validation = Feed(data.validation, batch_size, shuffle=False, augment=augments.validation, drop_last=False,
+                      indices=data.validation_indices, image_size=augments.image_size, **common)
     total_steps = config.total_steps(len(feed))
     optimizer = make_optimizer("adamw", model.parameters(), config.peak_learning_rate, config.weight_decay)
     trained = torch.compile(model) if config.compile else model
