@@ -101,7 +101,7 @@ def test_auto_batch_size_through_the_trainer(monkeypatch):
         return 0.0
 
     monkeypatch.setattr(setup, "time_training_step", fake_step)
-    result = train(quick(model="mlp", hidden=(32,), batch_size="auto", max_steps=2))
+    result = train(quick(model="mlp", hidden=(32,), batch_size="auto", max_steps=2, count=3000))  # 23 steps at 128
     assert result.batch_size == 128
 
 

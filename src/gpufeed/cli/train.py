@@ -115,7 +115,7 @@ class _Screen:
             if event.gpu_utilization_percent is not None:
                 busy += f" (NVML {event.gpu_utilization_percent:.0f}%)"
             self.progress.update(self.task, completed=event.step, description=(
-                f"epoch {event.epoch} loss {event.loss:.3f} {event.samples_per_s:,.0f} samples/s "
+                f"epoch {event.epoch + 1} loss {event.loss:.3f} {event.samples_per_s:,.0f} samples/s "
                 f"data wait {event.data_wait_fraction:.0%}{busy}"))
 
     def _started(self, event: RunStarted) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
+from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH, MIN_STEPS_PER_EPOCH
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,8 @@ class TrainResult:
     verdict: str
     unmeasured: list
     timeline: list = dataclasses.field(default_factory=list)  # this run's StepLog records, one per log interval
+    steps_per_epoch: int | None = None  # optimizer steps an epoch (per rank); None in documents before it
+    notes: list = dataclasses.field(default_factory=list)  # one-line remarks on the settings (e.g. batch lowered)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -104,8 +106,11 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 def verdict(result: TrainResult) -> str:
-    """One sentence a person understands, from the measured shares."""
+    """One sentence a person understands, from the measured shares (and the steps a run had to learn in)."""
     wait = result.data_wait_fraction
+    if result.steps_per_epoch is not None and result.steps_per_epoch < MIN_STEPS_PER_EPOCH:
+        return (f"an epoch had only {result.steps_per_epoch} step{'s' if result.steps_per_epoch != 1 else ''}: too "
+                f"few for the model to learn, whatever the hardware; lower --batch-size or add data")
     if result.device_busy_fraction is not None:
         busy = result.device_busy_fraction
         if busy >= DEVICE_BUSY_ENOUGH:

@@ -28,7 +28,7 @@ from gpufeed.train.inputs import choose_augments, open_training_data
 from gpufeed.train.models import build_model, parameter_count
 from gpufeed.train.outputs import RunFiles
 from gpufeed.train.resume import RunStart, start_run
-from gpufeed.train.setup import choose_batch_size, choose_precision
+from gpufeed.train.setup import choose_batch_size, choose_precision, fit_batch_to_data
 from gpufeed.train.step import Precision, TrainStep, make_optimizer, prepare_model
 
 
@@ -60,6 +60,7 @@ class _Run:
     step: int = 0
     resumed_from: str | None = None
     skipped_checkpoints: list = field(default_factory=list)
+    notes: tuple[str, ...] = ()  # one-line remarks on the settings, for the run's start
 
 
 def train(config: TrainConfig, on_event: Callable[[object], None] | None = None) -> TrainResult | RunComplete:
@@ -84,7 +85,7 @@ def train(config: TrainConfig, on_event: Callable[[object], None] | None = None)
                           total_steps=run.total_steps, resumed_from=run.resumed_from,
                           skipped_checkpoints=[f"{path}: {reason}" for path, reason in run.skipped_checkpoints],
                           nothing_to_resume=start.nothing_to_resume,
-                          notes=tuple(dict.fromkeys((*run.feed.notes, *run.validation.notes)))))
+                          notes=run.notes))
         return _train_and_evaluate(run, notify)
     finally:
         distributed.teardown(context)
@@ -101,9 +102,11 @@ def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
     model = build_model(config.model, sample_shape, classes, config.hidden, config.width)
     precision = choose_precision(config.precision, model, device, sample_shape, classes)
     model = prepare_model(model, precision, device)
+    samples_per_rank = len(data.train_indices if data.train_indices is not None else data.train) // context.world_size
     batch_size = choose_batch_size(config.batch_size, model, precision, device, sample_shape, classes,
-                                   limit=len(data.train_indices if data.train_indices is not None else data.train)
-                                   // context.world_size)
+                                   limit=samples_per_rank)
+    set_by_user = config.batch_size != "auto" and (config.explicit is None or "batch_size" in config.explicit)
+    batch_size, batch_note = fit_batch_to_data(batch_size, samples_per_rank, set_by_user)
     config = replace(config, batch_size=batch_size, precision=precision.name)
     common = dict(device=device, dtype=precision.input_dtype, rank=context.rank, world_size=context.world_size,
                   workers=config.workers)
@@ -119,7 +122,8 @@ def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
     step = TrainStep(trained, optimizer, precision, device.type, scaler, label_smoothing=config.label_smoothing)
     files = RunFiles(Path(config.out)) if (config.out and context.is_main) else None
     run = _Run(config, context, model, trained, optimizer, scaler, precision, step, feed, validation,
-               total_steps, files, skipped_checkpoints=list(start.skipped))
+               total_steps, files, skipped_checkpoints=list(start.skipped),
+               notes=tuple(dict.fromkeys(note for note in (batch_note, *feed.notes, *validation.notes) if note)))
     if saved is not None:
         _restore(run, saved)
         run.resumed_from = str(start.checkpoint)
@@ -288,7 +292,8 @@ def _train_and_evaluate(run: _Run, notify) -> TrainResult:
         effective_batch_size=run.feed.batch_size * run.context.world_size,
         learning_rate=run.config.peak_learning_rate, seconds=seconds, model=run.config.model,
         parameters=parameter_count(run.model), resumed_from=run.resumed_from, out=run.config.out,
-        config=run.config.to_dict(), verdict="", unmeasured=unmeasured, timeline=totals["timeline"])
+        config=run.config.to_dict(), verdict="", unmeasured=unmeasured, timeline=totals["timeline"],
+        steps_per_epoch=len(run.feed), notes=list(run.notes))
     result = replace(result, verdict=verdict(result))
     if run.files is not None:
         run.files.save_model(run.model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from gpufeed.measure.thresholds import MIN_STEPS_PER_EPOCH
 from gpufeed.train.batch_size import AUTO_BATCH_CEILING, find_batch_size
 from gpufeed.train.precision import resolve_precision, time_training_step
 from gpufeed.train.step import Precision
@@ -42,3 +43,23 @@ def choose_batch_size(requested, model: torch.nn.Module, precision: Precision, d
 
     batch, _failed = find_batch_size(try_step, start=start, release=release)
     return batch
+
+
+
+def fit_batch_to_data(batch_size: int, samples_per_rank: int, set_by_user: bool) -> tuple[int, str | None]:
+    """(batch size, note or None). With fewer than MIN_STEPS_PER_EPOCH steps an epoch, a batch size the user did
+    not set is lowered to the largest power of two that gives at least that many (1 at the least); one the user
+    set is kept, and the note says how few steps an epoch has."""
+    steps = samples_per_rank // batch_size
+    if steps >= MIN_STEPS_PER_EPOCH:
+        return batch_size, None
+    lowered = 1
+    while lowered * 2 * MIN_STEPS_PER_EPOCH <= samples_per_rank and lowered * 2 < batch_size:
+        lowered *= 2
+    if set_by_user or lowered >= batch_size:
+        return batch_size, (f"an epoch has only {steps} step{'s' if steps != 1 else ''} at batch {batch_size} "
+                            f"({samples_per_rank} samples): too few for the model to learn much; lower "
+                            f"--batch-size or add data")
+    return lowered, (f"batch size lowered from {batch_size} to {lowered} so that an epoch has "
+                     f"{samples_per_rank // lowered} steps ({samples_per_rank} samples); set --batch-size to keep "
+                     f"yours")
