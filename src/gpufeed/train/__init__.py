@@ -9,6 +9,7 @@ Modules:
 - models.py: mlp, cnn and resnet18 in plain torch, built for the data's shape and classes
 - inputs.py: the training and validation samples, a packed file or the cached built-in dataset
 - loop.py: train(config), the run resolved, the epochs, the evaluation and the result
+- evaluate.py: validation accuracy and mean loss over a feed, summed across ranks
 - events.py: what a run reports (RunStarted, StepLog, TrainResult) and its one-sentence verdict
 - checkpoint.py: checkpoints that survive a kill and load without running pickled code
 - outputs.py: the files of --out DIR, config.json, metrics.jsonl, model.safetensors, summary.json

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from gpufeed.data.feed import Feed
 from gpufeed.errors import RunFailed
@@ -23,6 +22,7 @@ from gpufeed.measure.timing import DeviceBusyTimer, Stopwatch
 from gpufeed.train import distributed
 from gpufeed.train.checkpoint import capture_rng, restore_rng, save_checkpoint
 from gpufeed.train.config import TrainConfig
+from gpufeed.train.evaluate import evaluate
 from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult, peak_memory_bytes, verdict
 from gpufeed.train.inputs import choose_augments, open_training_data
 from gpufeed.train.models import build_model, parameter_count
@@ -236,25 +236,6 @@ def _run_epochs(run: _Run, notify) -> dict:
             interval = _log(run, interval, totals, notify)
         _checkpoint(run)
     return totals
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, feed: Feed, precision, context: distributed.DistributedContext) -> tuple:
-    """(accuracy, mean loss) over the feed, summed across ranks."""
-    model.eval()
-    correct = torch.zeros((), dtype=torch.float64, device=context.device)
-    loss_sum = torch.zeros((), dtype=torch.float64, device=context.device)
-    count = 0
-    for images, labels in feed:
-        with precision.autocast(context.device.type):
-            logits = model(images)  # (B, classes)
-        correct += (logits.argmax(dim=1) == labels).sum()
-        loss_sum += F.cross_entropy(logits.float(), labels, reduction="sum")
-        count += len(labels)
-    model.train()
-    correct_total, loss_total, count_total = distributed.all_reduce_sum(context, [correct.item(), loss_sum.item(),
-                                                                                  float(count)])
-    return correct_total / count_total, loss_total / count_total
 
 
 def _reduced_shares(run: _Run, totals: dict) -> tuple[float, float | None]:
