@@ -6,8 +6,8 @@ Modules:
 - batch_size.py: --batch-size auto, the largest batch that fits, by backing off on out-of-memory
 - setup.py: resolving the auto precision and batch size before the run
 - config.py: TrainConfig, a frozen dataclass whose unknown keys are an error
-- models.py: mlp, cnn and resnet18 in plain torch, built for the data's shape and classes
-- inputs.py: the training and validation samples, a packed file or the cached built-in dataset
+- models.py: mlp, cnn, resnet18 and resnet50 (v1.5) in plain torch, built for the data's shape and classes
+- inputs.py: the training and validation samples (a packed file or the cached built-in dataset), and the augments
 - loop.py: train(config), the run resolved, the epochs, the evaluation and the result
 - evaluate.py: validation accuracy and mean loss over a feed, summed across ranks
 - events.py: what a run reports (RunStarted, StepLog, TrainResult) and its one-sentence verdict
