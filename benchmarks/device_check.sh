@@ -4,7 +4,15 @@
 # The machine's python3 already has torch (CUDA), numpy, psutil, rich, pillow, safetensors, nvidia-ml-py, pytest;
 # gpufeed runs from the source tree.
 #
-# Time: each step's estimate (one H200, 16 cores) is in its comment, about 400 s in all. Each step also has a
+# Wheels: the machine has no network, so the GPU JPEG decode (nvImageCodec) and simplejpeg (the CPU JPEG path, if
+# the machine's python3 lacks it) come as wheels carried in the tree, from shared/wheels/ or $GPUFEED_WHEELS. Before
+# a device run, on a machine with network (the wheels must not be committed: shared/wheels/ is git-ignored):
+#   pip download nvidia-nvimgcodec-cu12 nvidia-nvjpeg-cu12 --no-deps -d shared/wheels       # 32 MB + 5 MB
+#   for v in 3.10 3.11 3.12 3.13; do pip download simplejpeg --no-deps --only-binary=:all: --python-version $v \
+#     --platform manylinux2014_x86_64 -d shared/wheels; done                                # 0.4 MB each
+# then run with carry=["shared/wheels"]. Without them the GPU-decode steps say so and are skipped.
+#
+# Time: each step's estimate (one H200, 16 cores) is in its comment, about 450 s in all. Each step also has a
 # limit, and `within` cuts any limit to what is left of BUDGET_S (470 s) since the start, and skips a step when
 # under 10 s are left, so the whole script ends before 8 minutes even when steps run long.
 set -u
@@ -30,6 +38,17 @@ within() {  # within LIMIT COMMAND...: COMMAND under timeout, LIMIT seconds or w
   nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current,power.limit --format=csv
   python3 -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__)"
   python3 -m gpufeed info --json "$OUT/info.json" > /dev/null && echo "info written"
+
+  step "wheels: nvImageCodec and nvJPEG (GPU JPEG decode), simplejpeg if missing, carried in"  # est 10 s
+  WHEELS=${GPUFEED_WHEELS:-$PWD/shared/wheels}
+  if ls "$WHEELS"/nvidia_nvimgcodec_cu*.whl > /dev/null 2>&1; then
+    wanted="nvidia-nvimgcodec-cu12 nvidia-nvjpeg-cu12"
+    python3 -c "import simplejpeg" 2> /dev/null || wanted="$wanted simplejpeg"
+    within 60 python3 -m pip install --quiet --no-index --no-deps --find-links "$WHEELS" --target "$OUT/wheels" \
+      $wanted && export PYTHONPATH="$PYTHONPATH:$OUT/wheels" && echo "installed into \$OUT/wheels: $wanted"
+  else
+    echo "no nvImageCodec wheel in $WHEELS: the GPU-decode tests skip and its timing is not measured (see the header)"
+  fi
 
   step "GPU tests (the CUDA paths of the feed and the trainer)"  # est 60 s
   within 150 python3 -m pytest -q -x -p no:cacheprovider -k "cuda or gpu" --ignore=tests/doctor/test_gpu_scripts.py \
@@ -83,6 +102,14 @@ EOF
 
   step "feed on the GPU: staging, ring, resident, busy share, upper bound"  # est 60 s
   within 100 python3 benchmarks/feed_gpu.py --repeats 3 | tee "$OUT/feed_gpu.txt"
+
+  step "GPU JPEG decode: Feed(decode='gpu') vs decode='cpu', 2000 JPEGs of ~300 px, one batch compared"  # est 40 s
+  if python3 -c "from nvidia import nvimgcodec" 2> /dev/null; then
+    within 120 python3 benchmarks/gpu_decode.py --count 2000 --repeats 3 --json "$OUT/gpu_decode.json" \
+      2>&1 | tee "$OUT/gpu_decode.txt"
+  else
+    echo "skipped: nvImageCodec is not importable (no wheels carried; see the header)"
+  fi
 
   step "bench --quick"  # est 60 s (27 s on a 2-core CPU without a GPU)
   within 150 python3 -m gpufeed bench --quick --json "$OUT/bench.json" | tail -30

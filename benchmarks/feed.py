@@ -81,14 +81,15 @@ def rate(iterate, epochs: int) -> float:
 def staging_only(feed: Feed):
     """Yield (images, labels) slots exactly as the GPU path stages them, without the copy to a device."""
     stop = threading.Event()
-    shape = (feed.batch_size, *feed.dataset.shape)
+    channels, height, width = feed.sample_shape
+    shape = (feed.batch_size, height, width, channels)
 
     def make_slot() -> HostSlot:
         return HostSlot(torch.empty(shape, dtype=torch.uint8), torch.empty(feed.batch_size, dtype=torch.int64),
                         torch.empty((3, feed.batch_size), dtype=torch.int64))
 
     pool = SlotPool(make_slot, feed.prefetch + feed.workers, stop)
-    images = feed.dataset.images_tensor()
+    images = None if feed.cropper is not None else feed.dataset.images_tensor()  # resized crops decode per sample
     order = feed.order()
 
     def prepare(index: int):

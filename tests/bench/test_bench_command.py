@@ -1,18 +1,22 @@
 """gpufeed bench end to end on the CPU: the JSON shape the issue documents, NA precisions named, bad input."""
 
+import dataclasses
 import json
 
 import pytest
 
 from gpufeed.bench import run as bench_run
 from gpufeed.bench.results import PrecisionRun
+from gpufeed.bench.summary import summarise
 from gpufeed.cli.main import main
 
 
 @pytest.fixture
 def small(monkeypatch):
     """Shrink the sweep; the short trainings are tested in test_steps.py, here a stand-in keeps this fast."""
-    monkeypatch.setattr(bench_run, "QUICK_CPU_SIZES", (64, 128))
+    monkeypatch.setattr(bench_run, "QUICK", dataclasses.replace(bench_run.QUICK, cpu_sizes=(64, 128)))
+    monkeypatch.setattr(bench_run, "QUICK_STEPS_S", 600.0)  # a busy test machine must not skip the CNN step
+    monkeypatch.setattr(bench_run, "QUICK_KERNELS_S", 600.0)
 
     def fake_runs(device, precisions, count, epochs):
         return [PrecisionRun(p, str(device), 0.5, 1.0, 1.0 if p != "fp64" else 3.0, 10) for p in precisions], []
@@ -39,6 +43,20 @@ def test_json_has_the_documented_shape(capsys, small):
     assert all(s["speedup_vs_cpu_fp32"] == 1.0 for s in steps if s["precision"] == "fp32")
     assert document["link"] == [] and any("no link" in line for line in document["unmeasured"])
     assert any("uploads nothing" in sentence for sentence in document["summary"])
+    assert {s["batch_size"] for s in steps} == {256}  # what --quick gives up on a CPU, each named
+    assert any("short trainings per precision on cpu: left out by --quick" in line for line in document["unmeasured"])
+    busy = document["machine_busy"]
+    for key in ("busy", "reasons", "other_processes_cpu_share", "steal_share", "worst_spread"):
+        assert key in busy
+    assert busy["busy"] == bool(busy["reasons"]) and busy["usable_cores"] >= 1
+    assert document["summary"][0].startswith("figures unreliable: ") == busy["busy"]
+    estimate = document["gpu_estimate"]  # no GPU was benchmarked: the planner's answer
+    cnn = next(s for s in steps if s["model"] == "cnn")
+    assert estimate["cpu_step_s"] == cnn["seconds_median"] and len(estimate["estimates"]) >= 2
+    assert any(e["form_factor"] == "consumer" for e in estimate["estimates"])
+    assert any(sentence.startswith(("No GPU here:", "No GPU was benchmarked:")) for sentence in document["summary"])
+    assert document["settings"]["budget_s"] == {"per_measurement": 8.0, "training_steps_per_device": 600.0,
+                                                "kernels_per_device": 600.0}
 
 
 def test_summary_sentences_from_known_figures():
@@ -52,7 +70,7 @@ def test_summary_sentences_from_known_figures():
                                       step("cuda:0", "bf16", 41000.0, 41.0)],
                          precision_runs=[PrecisionRun("fp64", "cuda:0", 0.90, 0.3, 30.0, 100),
                                          PrecisionRun("fp32", "cuda:0", 0.91, 0.3, 10.0, 100)])
-    sentences = bench_run.summarise(result)
+    sentences = summarise(result)
     assert sentences[0].startswith("On this machine cuda:0 trains the CNN 41.0x faster than the CPU in fp32")
     assert "cuda:0, bf16 training steps of the CNN ran 41.0x as fast as fp32" not in " ".join(sentences)
     assert any(s.startswith("On cpu, bf16 training steps of the CNN ran 2.0x as fast as fp32") for s in sentences)

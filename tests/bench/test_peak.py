@@ -12,8 +12,10 @@ from gpufeed.hardware.probe import CpuInfo, probe_cpu
 UNREAD = NA("not readable in this fake")
 
 
-def fake_cpu(flags, cores=4, max_mhz=3000.0, base_mhz=UNREAD, current_mhz=UNREAD):
-    return CpuInfo(model="fake", physical_cores=cores, logical_cores=cores, usable_cores=cores,
+def fake_cpu(flags, cores=4, max_mhz=3000.0, base_mhz=UNREAD, current_mhz=UNREAD, model="fake", vendor=UNREAD,
+             family=UNREAD, model_number=UNREAD):
+    return CpuInfo(model=model, vendor=vendor, family=family, model_number=model_number,
+                   physical_cores=cores, logical_cores=cores, usable_cores=cores,
                    avx2="avx2" in flags, avx512f="avx512f" in flags, avx512_bf16="avx512_bf16" in flags,
                    amx_tile="amx_tile" in flags, amx_bf16="amx_bf16" in flags, max_clock_mhz=max_mhz,
                    base_clock_mhz=base_mhz, current_clock_mhz=current_mhz, flags=tuple(flags))

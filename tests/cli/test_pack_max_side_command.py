@@ -85,8 +85,10 @@ def test_plan_and_train_with_variable_sizes(photos, tmp_path, capsys):
     args = argparse.Namespace(data=str(out), image_size=32, input=None)
     dataset = open_packed(out)
     assert _data_defaults(args) == ((3, 32, 32), 1, 4, round(dataset.payload.nbytes / 4))
-    from gpufeed.train.inputs import open_training_data
+    from gpufeed.train.inputs import choose_augments, open_training_data
 
-    with pytest.raises(ConfigError, match="needs --image-size") as caught:
-        open_training_data(str(out))
+    data = open_training_data(str(out), validation=str(out))
+    with pytest.raises(ConfigError, match="give --image-size N") as caught:
+        choose_augments(data, None)
     assert "\n" not in str(caught.value)
+    assert choose_augments(data, 32).sample_shape == (3, 32, 32)

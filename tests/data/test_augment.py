@@ -64,6 +64,26 @@ def test_to_float_normalises_in_float64_reference():
     np.testing.assert_allclose(plain.numpy(), images.transpose(0, 3, 1, 2) / 255.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("chunk_images", [1, 2, 11])
+def test_to_float_in_chunks_into_a_given_output(monkeypatch, chunk_images):
+    """On the CPU a batch larger than 4 chunks is converted a chunk at a time: here 1 image, 2 with a remainder
+    of 1, or (11: under 4 chunks) the whole batch at once."""
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 256, (11, 4, 7, 3), dtype=np.uint8)
+    monkeypatch.setattr(augment, "CPU_CHUNK_BYTES", chunk_images * 4 * 7 * 3 * 4)  # 4x7 float32 RGB images
+    mean, std = np.array([100.0, 90.0, 80.0]), np.array([50.0, 40.0, 30.0])
+    expected = ((images.astype(np.float64) - mean) / std).transpose(0, 3, 1, 2)
+    scale, shift = torch.tensor(1 / std, dtype=torch.float32), torch.tensor(-mean / std, dtype=torch.float32)
+    for channels_last in (False, True):
+        out = torch.full((11, 3, 4, 7), float("nan"))
+        out = out.contiguous(memory_format=torch.channels_last) if channels_last else out
+        result = augment.to_float(torch.from_numpy(images), torch.float32, scale, shift, channels_last, out=out)
+        assert result.data_ptr() == out.data_ptr()
+        np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6, atol=1e-5)
+        plain = augment.to_float(torch.from_numpy(images), torch.float32, None, None, channels_last)
+        np.testing.assert_allclose(plain.numpy(), images.transpose(0, 3, 1, 2) / 255.0, rtol=1e-6)
+
+
 def test_crop_only_and_flip_only_match_the_reference():
     rng = np.random.default_rng(3)
     images = rng.integers(0, 256, (16, 8, 8, 3), dtype=np.uint8)

@@ -138,10 +138,10 @@ def test_staging_error_names_the_batch_and_does_not_hang(packed, monkeypatch):
     feed = Feed(path, 32, device="cpu", workers=2)
     original = feed._finish
 
-    def failing(images, draws):
+    def failing(images, draws, *out):
         if threading.current_thread().name.endswith("-1"):
             raise OSError("disk went away")
-        return original(images, draws)
+        return original(images, draws, *out)
 
     monkeypatch.setattr(feed, "_finish", failing)
     with pytest.raises(StagingError, match=r"preparing batch 1 failed: OSError: disk went away"):

@@ -9,7 +9,7 @@ import pytest
 import torch
 from photos import photo_dataset, pil_resized_crop, varied_sizes, write_photos
 
-from gpufeed.data import augment, crops
+from gpufeed.data import augment, crops, staging
 from gpufeed.data.feed import Feed
 from gpufeed.data.reader import dataset_from_arrays
 from gpufeed.errors import ConfigError, FormatError
@@ -110,6 +110,21 @@ def test_transfer_path_on_the_cpu_matches_the_host_path(tmp_path):
     assert len(host) == len(transfer) == len(feed)
     for (_, a, la), (_, b, lb) in zip(host, transfer, strict=True):
         assert torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_the_memory_of_a_batch_is_reused_only_once_nothing_refers_to_it(tmp_path, monkeypatch):
+    """The CPU path lends batch memory again (OutputPool, here for batches of any size); views kept of earlier
+    batches must stay intact."""
+    monkeypatch.setattr(staging, "POOLED_BYTES", 0)
+    dataset, _ = photo_dataset(tmp_path / "photos.gpuf", varied_sizes(48, seed=7), "jpeg")
+    feed = Feed(dataset, 4, device="cpu", seed=2, augment="random-resized-crop", image_size=16, workers=2,
+                prefetch=1)
+    kept, copies = [], []
+    for index, (images, _) in enumerate(feed):
+        if index % 3 == 0:
+            kept.append(images[1:3])
+            copies.append(images[1:3].clone())
+    assert len(kept) == 4 and all(torch.equal(view, copy) for view, copy in zip(kept, copies, strict=True))
 
 
 @pytest.mark.parametrize("version", [1, 2])

@@ -21,6 +21,7 @@ import pytest
 import torch
 from photos import photo_dataset, pil_resized_crop, smooth_image  # tests/data/photos.py
 
+from gpufeed.data import resize
 from gpufeed.data.resize import CropResizer, dct_factor, resize_into, scaled_box
 from gpufeed.errors import FormatError
 
@@ -64,6 +65,28 @@ def test_noise_images_match_pillow_too():
         top, left, height, width = box
         resize_into(torch.from_numpy(image)[top:top + height, left:left + width], out)
         assert_close_to(out.numpy(), pil_resized_crop(image, box, tuple(out.shape[:2])), 1, 0.3, f"box {box}")
+
+
+def test_a_flip_mirrors_the_resized_crop_exactly_and_the_fallback_agrees(monkeypatch):
+    """flip=True is the unflipped result mirrored, and `F.interpolate` (used where torch lacks the kernel's
+    out= form) gives the same pixels as the kernel called directly."""
+    if resize.RESIZE_KERNEL is None:
+        pytest.skip("this torch has no out= form of the kernel: only the fallback runs, tested above")
+    rng = np.random.default_rng(8)
+    for _ in range(30):
+        channels = int(rng.choice([1, 3]))
+        image = rng.integers(0, 256, (int(rng.integers(10, 200)), int(rng.integers(10, 200)), channels), np.uint8)
+        top, left, height, width = random_box(rng, *image.shape[:2])
+        view = torch.from_numpy(image)[top:top + height, left:left + width]
+        size = (int(rng.integers(5, 90)), int(rng.integers(5, 90)), channels)
+        plain, flipped, fallback = (torch.empty(size, dtype=torch.uint8) for _ in range(3))
+        resize_into(view, plain)
+        resize_into(view, flipped, flip=True)
+        assert torch.equal(flipped, plain.flip(1))
+        monkeypatch.setattr(resize, "RESIZE_KERNEL", None)
+        resize_into(view, fallback, flip=True)
+        monkeypatch.undo()
+        assert torch.equal(fallback, flipped)
 
 
 def test_a_box_of_the_output_size_is_copied_exactly():

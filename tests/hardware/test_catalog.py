@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from gpufeed.hardware import catalog
-from gpufeed.hardware.catalog import NOT_IN_CATALOG, PRECISIONS, TFLOPS_KEYS, find_gpu, load_catalog, peak_tflops
+from gpufeed.hardware.catalog import (
+    NOT_IN_CATALOG,
+    PRECISIONS,
+    TFLOPS_KEYS,
+    find_gpu,
+    load_catalog,
+    match_gpu,
+    peak_tflops,
+)
 from gpufeed.hardware.na import NA, is_na
 
 GPUS_JSON = Path(catalog.__file__).with_name("gpus.json")
@@ -70,6 +78,58 @@ def test_units_are_sane(specs):
         assert spec.pcie_generation in (3, 4, 5, 6) and spec.pcie_lanes == 16, spec.name
         assert spec.price_usd is None or 100 <= spec.price_usd <= 100_000, spec.name
         assert spec.rent_usd_per_hour is None or 0.05 <= spec.rent_usd_per_hour <= 20, spec.name
+
+
+def test_every_row_says_how_it_is_sold_and_what_it_runs(specs):
+    for spec in specs:
+        assert spec.form_factor in ("SXM", "OAM", "PCIe", "consumer"), spec.name
+        assert spec.system_source, spec.name
+        if spec.sold_as_systems:  # modules come on 4- or 8-GPU baseboards, never alone
+            assert set(spec.system_gpus) <= {4, 8} and spec.system_gpus, spec.name
+        else:
+            assert spec.system_gpus == tuple(range(1, 9)), spec.name
+        # bf16: everything from Ampere on (and CDNA 3); not Volta or Turing, whose bf16 figure is then null
+        assert spec.bf16 == (spec.architecture not in ("Volta", "Turing")), spec.name
+        assert spec.bf16 == (spec.dense_tflops["bf16"] is not None), spec.name
+        assert spec.memory_bandwidth_bytes_per_s == spec.memory_bandwidth_gb_per_s * 1e9 > 1e11, spec.name
+        reference = (spec.reference_system, spec.reference_system_power_w, spec.reference_system_ram_bytes,
+                     spec.reference_system_source)
+        assert all(value is None for value in reference) or all(value is not None for value in reference), spec.name
+        assert spec.reference_system is None or spec.sold_as_systems, spec.name
+    modules = {spec.name: spec for spec in specs if spec.sold_as_systems}
+    assert set(modules) == {"NVIDIA H200 SXM 141GB", "NVIDIA H100 SXM5 80GB", "NVIDIA A100 SXM4 80GB",
+                            "NVIDIA A100 SXM4 40GB", "NVIDIA V100 SXM2 16GB", "NVIDIA V100 SXM2 32GB",
+                            "NVIDIA B200 (HGX)", "AMD Instinct MI300X"}
+    assert modules["NVIDIA B200 (HGX)"].system_gpus == (8,)  # HGX B200 is an 8-GPU board
+    assert modules["NVIDIA H100 SXM5 80GB"].system_gpus == (4, 8)
+    assert modules["AMD Instinct MI300X"].form_factor == "OAM" and modules["AMD Instinct MI300X"].system_gpus == (8,)
+    assert modules["NVIDIA H100 SXM5 80GB"].reference_system_power_w == 10200  # DGX H100: ~10.2 kW max
+    assert modules["NVIDIA H100 SXM5 80GB"].reference_system_ram_bytes == 2 * 2**40
+
+
+@pytest.mark.parametrize("text, row", [
+    ("4090", "NVIDIA GeForce RTX 4090"), ("rtx 4090", "NVIDIA GeForce RTX 4090"), ("B200", "NVIDIA B200 (HGX)"),
+    ("h100 sxm", "NVIDIA H100 SXM5 80GB"), ("a100 80gb sxm", "NVIDIA A100 SXM4 80GB"),
+    ("a100 80 pcie", "NVIDIA A100 PCIe 80GB"), ("T4", "NVIDIA T4"), ("6000 ada", "NVIDIA RTX 6000 Ada Generation"),
+    ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 SXM4 80GB"), ("NVIDIA L40S", "NVIDIA L40S"),
+    ("nvidia geforce rtx 3060 12gb", "NVIDIA GeForce RTX 3060 12GB"),
+])
+def test_match_gpu_takes_loose_names(text, row):
+    assert match_gpu(text).name == row
+
+
+def test_match_gpu_names_the_close_ones_when_it_cannot():
+    ambiguous = match_gpu("a100")
+    assert is_na(ambiguous) and "matches 4 catalog GPUs" in ambiguous.reason
+    assert all(name in ambiguous.reason for name in ("A100 SXM4 80GB", "A100 SXM4 40GB", "A100 PCIe 40GB",
+                                                     "A100 PCIe 80GB"))
+    missing = match_gpu("RTX 5090")
+    assert is_na(missing) and "not a GPU in the catalog" in missing.reason
+    assert "close names: NVIDIA GeForce RTX 4090" in missing.reason
+    l40 = match_gpu("l40")  # a model number is not a prefix of another: the L40 is not the L40S
+    assert is_na(l40) and "NVIDIA L40S" in l40.reason
+    nothing = match_gpu("zzzz")
+    assert is_na(nothing) and "the catalog holds: NVIDIA H200 SXM 141GB" in nothing.reason
 
 
 def test_memory_is_the_stated_size_in_gib(specs):
@@ -213,7 +273,13 @@ def test_a_copy_of_the_catalog_loads_from_a_path(tmp_path, good_rows):
     (lambda row: row["sparse_tflops"].update(int8=3341), r"row 1 .*sparse_tflops .*unknown \['int8'\]"),
     (lambda row: row["dense_tflops"].update(bf16="835"), r"row 1 .*dense_tflops.bf16 must be a positive number"),
     (lambda row: row.update(memory_bytes=None), r"row 1 .*memory_bytes must be int"),
-    (lambda row: row.update(form_factor="OAM"), r"row 1 .*form_factor 'OAM'"),
+    (lambda row: row.update(form_factor="MXM"), r"row 1 .*form_factor 'MXM' is not one of"),
+    (lambda row: row.update(form_factor="SXM"), r"row 1 .*system_gpus \[1, 2, 3, 4, 5, 6, 7, 8\] does not fit"),
+    (lambda row: row.update(system_gpus=[1, 2]), r"row 1 .*a card goes 1 to 8 in a system"),
+    (lambda row: row.update(system_gpus=[8, 4]), r"row 1 .*system_gpus must be a sorted list"),
+    (lambda row: row.update(bf16=False), r"row 1 .*bf16 is False but dense_tflops.bf16 is 835.5"),
+    (lambda row: row.update(bf16="yes"), r"row 1 .*bf16 must be bool"),
+    (lambda row: row.update(reference_system="DGX"), r"row 1 .*give all of reference_system"),
     (lambda row: row.update(released="Nov 2024"), r"row 1 .*released 'Nov 2024' is not a date"),
     (lambda row: row.update(match=["H200("]), r"row 1 .*lower-case"),
     (lambda row: row.update(match=["h200("]), r"row 1 .*is not a regular expression"),

@@ -1,23 +1,24 @@
-"""FLOPs per step against hand arithmetic, hours by hand, and a real (short) MFU calibration on the CPU."""
+"""FLOPs per step against hand arithmetic, hours by hand, and a real (short) calibration of the efficiencies on
+the CPU against a catalog row."""
+
+import dataclasses
 
 import pytest
 import torch
 from torch import nn
 
-from gpufeed.bench.peak import cpu_peak
 from gpufeed.errors import ConfigError
-from gpufeed.hardware.na import NA
-from gpufeed.hardware.probe import probe_cpu
+from gpufeed.hardware.catalog import match_gpu
 from gpufeed.plan.compute import (
-    DEFAULT_MFU,
-    DEFAULT_MFU_BAND,
     ComputeEstimate,
-    calibrate_mfu,
+    calibrate_efficiency,
+    efficiency_of,
     estimate_compute,
     flops_per_step,
-    hours_on,
-    samples_per_second,
+    hours_for,
 )
+from gpufeed.plan.roofline import DEFAULT_EFFICIENCY, Efficiency, StepTime, step_time
+from gpufeed.plan.traffic import trace_traffic
 from gpufeed.train.models import build_model
 
 SHAPE = (3, 32, 32)
@@ -67,52 +68,55 @@ def test_a_model_that_reads_values_is_a_config_error():
         flops_per_step(nn.Sequential(nn.Flatten(), Reads(PIXELS, 10)), SHAPE, 2, 10)
 
 
-def made_up(flops_total=1e18, mfu=0.5, band=(0.25, 1.0)):
-    return ComputeEstimate(flops_per_step=int(flops_total // 1000), flops_per_sample=1.0, steps_per_epoch=100,
-                           total_steps=1000, mfu=mfu, mfu_low=band[0], mfu_high=band[1], mfu_source="test")
+def made_up(steps_per_epoch=100, epochs=10):
+    return ComputeEstimate(flops_per_step=10**15, flops_per_sample=1.0, steps_per_epoch=steps_per_epoch,
+                           total_steps=steps_per_epoch * epochs, bytes_per_step=0, compute_efficiency=0.5,
+                           memory_efficiency=0.5, efficiency_low=0.5, efficiency_high=2.0, efficiency_source="test",
+                           method="test")
 
 
 def test_hours_by_hand():
-    # 1e18 FLOPs / (100e12 FLOP/s x 0.5) = 20,000 s = 5.56 h; the band: MFU 1.0 -> 2.78 h, 0.25 -> 11.1 h
-    hours, low, high = hours_on(100.0, made_up())
-    assert hours == pytest.approx(20_000 / 3600)
-    assert hours == pytest.approx(5.5556, abs=1e-4)
-    assert (low, high) == (pytest.approx(hours / 2), pytest.approx(hours * 2))
-    assert hours_on(100.0, made_up(), gpus=4)[0] == pytest.approx(hours / 4)
-    assert hours_on(100.0, made_up(), per_epoch=True)[0] == pytest.approx(hours / 10)
+    # 1,000 steps of 20 s = 20,000 s = 5.56 h; the band's steps of 10 s and 40 s: 2.78 h and 11.1 h
+    step = StepTime(seconds=20.0, seconds_fast=10.0, seconds_slow=40.0, compute_bound_s=20.0, memory_bound_s=0.0,
+                    layout_s=0.0, rates={})
+    hours, fast, slow = hours_for(step, made_up())
+    assert hours == pytest.approx(20_000 / 3600) == pytest.approx(5.5556, abs=1e-4)
+    assert (fast, slow) == (pytest.approx(hours / 2), pytest.approx(hours * 2))
+    assert hours_for(step, made_up(), gpus=4)[0] == pytest.approx(hours / 4)
+    assert hours_for(step, made_up(), per_epoch=True)[0] == pytest.approx(hours / 10)
     with pytest.raises(ConfigError):
-        hours_on(0.0, made_up())
+        hours_for(step, made_up(), gpus=0)
 
 
-def test_samples_per_second_uses_the_fast_end():
-    compute = made_up()  # 1 FLOP a sample, MFU high 1.0
-    assert samples_per_second(2.0, compute, gpus=3) == pytest.approx(6e12)
-
-
-def test_estimate_compute_steps_and_default_mfu():
+def test_estimate_compute_steps_bytes_and_default_efficiency():
     model = build_model("mlp", SHAPE, 10, hidden=())
-    estimate = estimate_compute(model, SHAPE, batch_size=100, num_classes=10, samples=50_050, epochs=3)
+    traffic = trace_traffic(model, SHAPE, 100, 10, "fp32", "sgd")
+    estimate = estimate_compute(model, SHAPE, batch_size=100, num_classes=10, samples=50_050, epochs=3,
+                                traffic=traffic)
     assert estimate.steps_per_epoch == 500 and estimate.total_steps == 1500  # the partial step is dropped
-    assert estimate.flops_per_step == 2 * linear(PIXELS, 10, 100)
+    assert estimate.flops_per_step == 2 * linear(PIXELS, 10, 100) == traffic.flops
     assert estimate.flops_per_sample == pytest.approx(2 * linear(PIXELS, 10, 1))
-    assert (estimate.mfu, (estimate.mfu_low, estimate.mfu_high)) == (DEFAULT_MFU, DEFAULT_MFU_BAND)
-    assert "rule of thumb" in estimate.mfu_source
-    with pytest.raises(ConfigError, match="MFU band"):
-        estimate_compute(model, SHAPE, 100, 10, 1000, 1, mfu=(0.9, (0.1, 0.5), "bad"))
+    assert estimate.bytes_per_step == traffic.bytes + traffic.optimizer_bytes
+    assert efficiency_of(estimate) == DEFAULT_EFFICIENCY
+    twice = estimate_compute(model, SHAPE, 100, 10, 50_050, 3, traffic, grad_accumulation=2)
+    assert twice.bytes_per_step == 2 * traffic.bytes + traffic.optimizer_bytes  # one optimizer step for two
+    with pytest.raises(ConfigError, match="band"):
+        estimate_compute(model, SHAPE, 100, 10, 1000, 1, traffic, Efficiency(0.5, 0.5, 1.2, 2.0, "bad"))
 
 
-def test_calibrate_on_cpu_measures_a_fraction():
-    peak = cpu_peak(probe_cpu(), "fp32").tflops
-    if peak is None:
-        pytest.skip("this CPU's fp32 peak is unknown")
+def test_calibrating_makes_the_roofline_time_the_measured_one():
+    """On the CPU against a catalog row (the arithmetic is the same as on that GPU): the efficiencies scaled so
+    that the roofline step on the row is the measured median."""
     model = build_model("mlp", SHAPE, 10, hidden=(256,))
-    mfu, (low, high), source = calibrate_mfu(model, SHAPE, 64, 10, "cpu", "fp32", peak, warmup=1, repeats=3)
-    assert 0 < low <= mfu <= high and 0 < mfu < 1.5
-    assert source.startswith("measured on cpu")
-
-
-def test_calibrate_without_a_peak_falls_back_to_the_default():
-    model = build_model("mlp", SHAPE, 10, hidden=())
-    mfu, band, source = calibrate_mfu(model, SHAPE, 8, 10, "cpu", "tf32", NA("no TF32 on CPUs"))
-    assert (mfu, band) == (DEFAULT_MFU, DEFAULT_MFU_BAND)
-    assert "no TF32 on CPUs" in source and "not measured" in source
+    spec = match_gpu("4090")
+    traffic = trace_traffic(model, SHAPE, 64, 10, "fp32", "adamw", device_type="cpu")
+    efficiency = calibrate_efficiency(model, SHAPE, 64, 10, "cpu", "fp32", spec, traffic, warmup=1, repeats=3)
+    assert efficiency.compute / efficiency.memory == pytest.approx(DEFAULT_EFFICIENCY.compute /
+                                                                   DEFAULT_EFFICIENCY.memory)
+    median_ms = float(efficiency.source.split("median ")[1].split(" ms")[0])
+    assert step_time(traffic, spec, efficiency).seconds * 1e3 == pytest.approx(median_ms, rel=0.01)
+    assert efficiency.low <= 1 <= efficiency.high and efficiency.source.startswith("measured on cpu")
+    fp64 = trace_traffic(model, SHAPE, 8, 10, "fp64", "adamw")  # a GeForce card has no fp64 figure: the default
+    unknown = calibrate_efficiency(model, SHAPE, 8, 10, "cpu", "fp64", spec, fp64)
+    assert dataclasses.replace(unknown, source="") == dataclasses.replace(DEFAULT_EFFICIENCY, source="")
+    assert "not measured here" in unknown.source and "no dense fp64" in unknown.source

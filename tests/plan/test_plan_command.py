@@ -28,8 +28,14 @@ def test_json_has_the_documented_fields_and_exact_parameter_bytes(capsys):
         assert key in document["host"]
     assert document["flops_per_step"] > 0 and len(document["gpus"]) >= 10
     first = document["gpus"][0]
-    for key in ("name", "fits", "max_batch_size", "hours", "cost"):
+    for key in ("name", "fits", "max_batch_size", "hours", "cost", "precision", "step_s", "samples_per_s", "mfu",
+                "rent_usd_per_hour", "cost_rent_usd", "buy_gpus", "buy_system"):
         assert key in first
+    for key in ("bytes_per_step", "compute_efficiency", "memory_efficiency", "efficiency_low", "efficiency_high",
+                "efficiency_source", "method"):
+        assert key in document["compute"]
+    for key in ("ram_cache_bytes", "ram_cache_reason", "system", "system_gpus", "systems", "reference_system"):
+        assert key in document["host"]
     assert first["fits"] and first["max_batch_size"] >= 64
 
 
@@ -83,3 +89,66 @@ def test_grad_accumulation_plans_the_accumulating_loop_and_says_so(capsys):
 def test_grad_accumulation_below_one_is_wrong_input(capsys):
     assert main(["plan", "--model", "mlp", "--grad-accumulation", "0"]) == 2
     assert "--grad-accumulation must be positive" in capsys.readouterr().err
+
+
+MLP = ["--model", "mlp", "--input", "3x32x32", "--optimizer", "sgd", "--batch-size", "64"]
+
+
+def test_gpu_4090_matches_loosely_and_its_host_is_a_workstation_with_24_gib_of_ram_at_least(capsys):
+    document = plan_json(capsys, [*MLP, "--gpu", "4090"])
+    assert document["host_gpu"] == "NVIDIA GeForce RTX 4090"
+    host = document["host"]
+    assert host["system"] == "a workstation with 1 card" and host["system_gpus"] == 1
+    assert host["ram_minimum_bytes"] == 24 * 2**30 and host["ram_bytes"] == 48 * 2**30  # the GPU's 24 GiB, twice
+    # the page cache is a choice apart: 48 GiB + 50,000 x 3,072 bytes (0.14 GiB) -> 64 GiB
+    assert host["ram_cache_bytes"] == 64 * 2**30 and host["ram_cache_reason"].startswith("a choice")
+    # disk in GiB: source files (as large as the dataset, not given) + the packed dataset + 4 checkpoints
+    dataset = 50_000 * 3072
+    assert host["disk_bytes"] == 2 * dataset + 4 * 1_707_274 * 8
+    assert "source files 0.14 GiB + packed dataset 0.14 GiB" in host["disk_reason"]
+    assert "GB " not in host["disk_reason"] and "MiB/s" in host["disk_reason"]
+
+
+@pytest.mark.parametrize("name, words", [
+    ("a100", "matches 4 catalog GPUs: NVIDIA A100 SXM4 80GB; NVIDIA A100 SXM4 40GB"),
+    ("RTX 5090", "not a GPU in the catalog (hardware/gpus.json); close names: NVIDIA GeForce RTX 4090"),
+])
+def test_gpu_that_cannot_be_matched_lists_the_close_names(capsys, name, words):
+    assert main(["plan", *MLP, "--gpu", name]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"--gpu {name!r}" in error and words in error and error.count("\n") == 0, error
+
+
+def test_b200_is_bought_as_an_eight_gpu_server(capsys):
+    document = plan_json(capsys, [*MLP, "--gpu", "b200"])
+    host = document["host"]
+    assert host["system_gpus"] == 8 and "8-GPU SXM baseboard server" in host["system"]
+    assert host["psu_watts"] == 15_000 and "NVIDIA DGX B200" in host["reference_system"]
+    b200 = next(gpu for gpu in document["gpus"] if gpu["name"] == "NVIDIA B200 (HGX)")
+    assert b200["buy_gpus"] == 8 and b200["cost_buy_usd"] == 8 * 35_000
+
+
+def test_bf16_falls_back_to_fp16_on_t4_and_v100_and_rent_is_per_hour_and_per_job(capsys):
+    document = plan_json(capsys, [*MLP, "--precision", "bf16"])
+    rows = {gpu["name"]: gpu for gpu in document["gpus"]}
+    for name in ("NVIDIA T4", "NVIDIA V100 SXM2 16GB", "NVIDIA V100 PCIe 32GB"):
+        assert rows[name]["precision"] == "fp16" and rows[name]["hours"] is not None, name
+        assert "gradient scaler" in rows[name]["notes"]
+    assert rows["NVIDIA A100 SXM4 80GB"]["precision"] == "bf16"
+    t4 = rows["NVIDIA T4"]
+    assert t4["rent_usd_per_hour"] == 0.35 and t4["cost_rent_usd"] == pytest.approx(0.35 * t4["hours"])
+    assert "/h, " in document["recommendation"] and "for the job" in document["recommendation"]
+    assert main(["plan", *MLP, "--precision", "bf16"]) == 0
+    shown = capsys.readouterr().out
+    assert "rent $/h" in shown and "rent $/job" in shown and "0.35" in shown
+
+
+def test_precision_tf32(capsys):
+    document = plan_json(capsys, [*MLP, "--precision", "tf32"])
+    rows = {gpu["name"]: gpu for gpu in document["gpus"]}
+    assert document["request"]["precision"] == "tf32" and rows["NVIDIA A100 SXM4 80GB"]["precision"] == "tf32"
+    assert rows["NVIDIA V100 SXM2 16GB"]["precision"] == "fp32" and "no TF32" in rows["NVIDIA V100 SXM2 16GB"]["notes"]
+    fp32 = {gpu["name"]: gpu for gpu in plan_json(capsys, [*MLP, "--precision", "fp32"])["gpus"]}
+    # the MLP's matrix products: FP32 at 19.5 TFLOP/s under fp32, TF32 at 156 under tf32 on an A100
+    assert rows["NVIDIA A100 SXM4 80GB"]["step_s"] < fp32["NVIDIA A100 SXM4 80GB"]["step_s"]
+    assert document["memory"]["peak_bytes"] == plan_json(capsys, [*MLP, "--precision", "fp32"])["memory"]["peak_bytes"]

@@ -1,5 +1,8 @@
-"""The plan page, built from a real `gpufeed plan --model resnet18 ... --check` document and from variants made
-here (no check block; a step too big for some cards), and end to end through `gpufeed plan --html`."""
+"""The plan page, built from a real `gpufeed plan --model resnet18 ... --check` document of the planner before
+the roofline (plan.json: MFU times, one host sized for the run), from one of the roofline planner (plan_roofline.json:
+`gpufeed plan --model resnet50 --input 3x224x224 --classes 1000 --batch-size 256 --dataset-size 1281167 --epochs 90
+--optimizer sgd --gpu 4090`), from variants made here (no check block; a step too big for some cards), and end to
+end through `gpufeed plan --html`."""
 
 from __future__ import annotations
 
@@ -18,8 +21,8 @@ from gpufeed.report.plan_page import plan_page, scientific, size_text
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-def load() -> dict:
-    return json.loads((FIXTURES / "plan.json").read_text(encoding="utf-8"))
+def load(name: str = "plan") -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text(encoding="utf-8"))
 
 
 def page_words(document: dict) -> tuple[str, str]:
@@ -37,7 +40,7 @@ def test_numbers_are_written_for_reading():
     assert size_text(46796608) == "45 MiB"  # 46,796,608 / 2^20 = 44.6
 
 
-def test_fixture_page():
+def test_fixture_page_of_a_document_from_before_the_roofline():
     document = load()
     text, words = page_words(document)
     assert page_structure(text).charts == 3  # memory by part, memory against each GPU, time and cost
@@ -51,11 +54,28 @@ def test_fixture_page():
     assert "35% (20%-50%)" in words  # MFU and its band
     assert "768.0 GiB (at least 384.0 GiB)" in words  # RAM: 824,633,720,832 and 412,316,860,416 bytes
     assert "1,600 W" in words and document["host"]["psu_arithmetic"] in words
-    assert "193.4 GB" in words  # disk: 193,412,602,752 bytes
+    assert "180.1 GiB" in words  # disk: 193,412,602,752 bytes, in GiB as every size on the page
     for line in document["check"]["lines"]:
         assert line in words
     assert document["unmeasured"][0] in words
     assert "time unknown: NVIDIA T4: no dense bf16 figure" in words
+
+
+def test_roofline_document_page():
+    document = load("plan_roofline")
+    text, words = page_words(document)
+    assert page_structure(text).charts == 3
+    assert "The machine to buy around NVIDIA GeForce RTX 4090: a workstation with 1 card." in words
+    assert "48.0 GiB (at least 24.0 GiB)" in words  # the RAM rule: one 4090's 24 GiB, twice ideally
+    assert "RAM to keep the dataset cached (a choice)\n256.0 GiB" in words  # apart from the requirement
+    assert "360.0 GiB" in words  # disk: source files + packed ImageNet + checkpoints, 386,520,837,376 bytes
+    assert "90%, 55% (x0.80-x1.25)" in words and "DeepLearningExamples" in words  # efficiencies, not an MFU
+    assert "hours from the roofline of the step" in words
+    table = words[words.index("Every catalog GPU as ranked"):]
+    assert "\nNVIDIA T4\n16 GiB\nyes\n366\nfp16\n" in table  # no bf16 on Turing: fp16 with a scaler
+    assert "\n280,000 (8)\n" in table  # B200 bought as an 8-GPU board
+    rtx4090 = next(gpu for gpu in document["gpus"] if gpu["name"] == "NVIDIA GeForce RTX 4090")
+    assert f"\n{rtx4090['rent_usd_per_hour']:.2f}\n{rtx4090['cost_rent_usd']:,.2f}\n1,599 (1)\n" in table
 
 
 def test_gpus_appear_in_the_documents_ranking():

@@ -17,11 +17,11 @@ import psutil
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from gpufeed.bench.budget import NO_BUDGET, Budget, OverBudget, budgeted_timing
 from gpufeed.bench.peak import NO_TF32_ON_CPUS
 from gpufeed.bench.results import PRECISIONS, KernelResult
 from gpufeed.bench.tf32 import tf32_flags
 from gpufeed.hardware.na import NA, is_na
-from gpufeed.measure.timing import time_call
 from gpufeed.train.step import PRECISIONS as STEP_PRECISIONS
 
 DTYPES = {name: spec.compute_dtype for name, spec in STEP_PRECISIONS.items()}  # the matrix products' dtype
@@ -114,7 +114,7 @@ def _measure(op: str, device: torch.device, precision: str, size: str, call: Cal
     label = device_label(device)
     with tf32_flags(device, precision) as (tf32_matmul, tf32_cudnn):
         flops = count_flops(call)
-        timing = time_call(call, device, **timing_options)
+        timing = budgeted_timing(call, device, **timing_options)
     tflops = flops / timing.median_s / 1e12 if timing.median_s > 0 else 0.0
     return KernelResult(op=op, device=label, precision=precision, size=size, flops=flops,
                         seconds_median=timing.median_s, seconds_min=timing.min_s, seconds_max=timing.max_s,
@@ -139,15 +139,17 @@ def _matmul_one(device: torch.device, precision: str, n: int, peaks: PeakTable |
 def matmul_sweep(device: torch.device | str, precisions: Sequence[str] = PRECISIONS,
                  sizes: Sequence[int] | None = None, peaks: PeakTable | None = None, repeats: int = 10,
                  warmup: int = 3, min_seconds: float = 0.05, memory_fraction: float = MEMORY_FRACTION,
-                 max_call_s: float = 2.0) -> tuple[list[KernelResult], list[str]]:
+                 max_call_s: float = 2.0, budget: Budget = NO_BUDGET) -> tuple[list[KernelResult], list[str]]:
     """Square matmuls M = N = K = n for each n in `sizes` (default: `default_sizes(device)`) and each precision.
 
     Returns the results and the "what: why" lines for what was not measured: a precision the device cannot run,
     a size over `memory_fraction` of the free memory, and the sizes from the first whose call, predicted from the
-    last measured one (time ∝ n³), would take over `max_call_s` (a slow precision, such as fp64 on a consumer GPU).
+    last measured one (time ∝ n³), would take over `max_call_s` (a slow precision, such as fp64 on a consumer GPU),
+    and those `budget` leaves out (bench/budget.py).
     `peaks` maps (device label, precision) to TFLOP/s for `fraction_of_peak` (see `bench.peak.peak_table`)."""
     device = torch.device(device)
-    label, timing_options = device_label(device), {"warmup": warmup, "repeats": repeats, "min_seconds": min_seconds}
+    label, timing_options = device_label(device), {"warmup": warmup, "repeats": repeats, "min_seconds": min_seconds,
+                                                   "budget": budget}
     results: list[KernelResult] = []
     unmeasured: list[str] = []
     for precision in precisions:
@@ -159,8 +161,15 @@ def matmul_sweep(device: torch.device | str, precisions: Sequence[str] = PRECISI
                                              memory_fraction)
         unmeasured += [f"matmul {precision} on {label} at {line}" for line in dropped]
         for position, n in enumerate(kept):
+            left = f"matmul {precision} on {label} at {', '.join(map(str, kept[position:]))}"
+            if budget.spent():
+                unmeasured.append(f"{left}: {budget.spent_reason()}")
+                break
             try:
                 result = _matmul_one(device, precision, n, peaks, timing_options)
+            except OverBudget as skipped:  # the larger sizes would take longer still
+                unmeasured.append(f"{left}: {skipped}")
+                break
             except (RuntimeError, TypeError) as error:  # "not implemented for 'Half'", out of memory, ...
                 unmeasured.append(f"matmul {precision} on {label} at {n} x {n} x {n}: {_error_line(error)}")
                 break
@@ -177,18 +186,21 @@ def matmul_sweep(device: torch.device | str, precisions: Sequence[str] = PRECISI
 def conv_benchmark(device: torch.device | str, precisions: Sequence[str] = PRECISIONS,
                    peaks: PeakTable | None = None, batch: int = 64, in_channels: int = 64, out_channels: int = 64,
                    height_width: int = 32, kernel: int = 3, repeats: int = 10, warmup: int = 3,
-                   min_seconds: float = 0.05) -> tuple[list[KernelResult], list[str]]:
+                   min_seconds: float = 0.05, budget: Budget = NO_BUDGET) -> tuple[list[KernelResult], list[str]]:
     """One conv2d layer, forward only: (batch, in_channels, height_width²) input, kernel×kernel, stride 1, padding
     kernel // 2 ("same" for an odd kernel), channels_last, no bias. On CUDA, cuDNN autotunes
-    (`cudnn.benchmark`) during the measurement; the setting is restored after."""
+    (`cudnn.benchmark`) during the measurement; the setting is restored after. `budget` as for `matmul_sweep`."""
     device = torch.device(device)
-    label, timing_options = device_label(device), {"warmup": warmup, "repeats": repeats, "min_seconds": min_seconds}
+    label, timing_options = device_label(device), {"warmup": warmup, "repeats": repeats, "min_seconds": min_seconds,
+                                                   "budget": budget}
     size = f"{batch}, {in_channels}->{out_channels} channels, {height_width}x{height_width}, {kernel}x{kernel}"
     results: list[KernelResult] = []
     unmeasured: list[str] = []
     saved_benchmark = torch.backends.cudnn.benchmark
     for precision in precisions:
         reason = unsupported_reason(device, precision)
+        if budget.spent():
+            reason = budget.spent_reason()
         if reason is not None:
             unmeasured.append(f"conv2d {precision} on {label}: {reason}")
             continue
@@ -200,6 +212,8 @@ def conv_benchmark(device: torch.device | str, precisions: Sequence[str] = PRECI
             results.append(_measure("conv2d", device, precision, size,
                                     lambda x=x, w=weight: torch.nn.functional.conv2d(x, w, padding=kernel // 2),
                                     peaks, timing_options))
+        except OverBudget as skipped:
+            unmeasured.append(f"conv2d {precision} on {label}: {skipped}")
         except (RuntimeError, TypeError) as error:
             unmeasured.append(f"conv2d {precision} on {label}: {_error_line(error)}")
         finally:

@@ -1,11 +1,12 @@
-"""Peak dense FLOP/s per precision: a CPU's from its instruction sets and clock, a GPU's from the catalog.
+"""Peak dense FLOP/s per precision: a CPU's from its microarchitecture, cores and clock, a GPU's from the catalog.
 
-A CPU's peak is physical cores × clock × FLOPs per cycle per core, where the FLOPs per cycle come from the fastest
-instruction set the CPU's flags name for that precision (`CPU_FLOPS_PER_CYCLE`). A fused multiply-add counts as
-2 FLOPs. Three things the flags cannot say, and what is assumed instead:
-- the number of FMA units per core: 2 (Intel Xeon Scalable "Gold"/"Platinum" and later server parts). Parts with
-  one 512-bit FMA unit (some Xeon Silver/Bronze, client Ice/Tiger Lake, AMD Zen 4's double-pumped 256-bit units)
-  reach half the AVX-512 figure, so there the peak is an upper bound;
+A CPU's peak is physical cores × clock × FLOPs per cycle per core. The FLOPs per cycle come from the CPU's row in
+`hardware/cpus.json` (`hardware.cpu_table`: keyed on vendor, family and model, each row sourced and dated), for the
+fastest instruction set the row lists that the CPU's flags show (a VM may hide AVX-512 or AMX). A CPU without a
+row gets the figure of its fastest instruction set (`CPU_FLOPS_PER_CYCLE`), which assumes two FMA units of that
+width per core, the most any x86 core has: printed as an upper bound, since Zen 4 runs AVX-512 on 256-bit units
+and a Xeon Silver has one 512-bit FMA unit (half the figure). A fused multiply-add counts as 2 FLOPs. Two things
+neither the flags nor the table can say, and what is assumed instead:
 - the clock under load: the max (turbo) clock when known, else the base clock, else the current clock as psutil
   reads it (in a VM, usually the nominal clock); heavy AVX-512 and AMX code often runs below the max, so a peak
   at the max clock is optimistic, while one at the base or current clock can be exceeded under turbo (a fraction
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from gpufeed.bench.results import PRECISIONS, Peak
+from gpufeed.hardware.cpu_table import find_cpu_row
 from gpufeed.hardware.na import NA, is_na
 from gpufeed.hardware.probe import CpuInfo
 
@@ -45,6 +47,8 @@ CPU_FLOPS_PER_CYCLE: dict[str, tuple[IsaRate, ...]] = {
              IsaRate("avx512_fp16", "AVX512-FP16", 128, "2 FMA units × 32 fp16 lanes × 2")),
 }
 NO_TF32_ON_CPUS = "no TF32 on CPUs"
+ISA_NAMES = {rate.flag: rate.name for rates in CPU_FLOPS_PER_CYCLE.values() for rate in rates} | {
+    "asimd": "NEON (ASIMD)", "sve": "SVE"}
 
 
 def _has_flag(cpu: CpuInfo, flag: str) -> bool | NA:
@@ -80,8 +84,31 @@ def _clock_mhz(cpu: CpuInfo) -> tuple[float, str] | NA:
     return NA("no CPU clock readable (" + "; ".join(f"{name}: {value}" for name, value in readings) + ")")
 
 
+def _table_rate(cpu: CpuInfo, precision: str) -> tuple[int, str, bool] | NA:
+    """(FLOPs per cycle per core, how they are made up, whether only an upper bound) for `precision`: from the
+    CPU's row in hardware/cpus.json, else from its fastest instruction set as an upper bound."""
+    row = find_cpu_row(cpu)
+    if is_na(cpu.flags):
+        return NA(f"CPU flags unreadable ({cpu.flags.reason})")
+    if not is_na(row):
+        found = row.rate(precision, lambda flag: _has_flag(cpu, flag) is True)
+        if found is None:
+            listed = [flag for flag, _ in row.flops_per_cycle.get(precision, ())]
+            needs = f" (it needs {' or '.join(listed)})" if listed else ""
+            return NA(f"no native {precision} rate on {row.name}{needs}, from hardware/cpus.json")
+        flag, flops = found
+        source = row.sources[0]
+        return flops, (f"{ISA_NAMES.get(flag, flag)} on {row.name}: {row.units}; hardware/cpus.json after "
+                       f"{source.url}, {source.date}"), False
+    rate = _fastest_rate(cpu, precision)
+    if is_na(rate):
+        return NA(f"{rate.reason}; {row.reason}")
+    return rate.flops_per_cycle, f"{rate.name}, {rate.factors}", True
+
+
 def cpu_peak(cpu: CpuInfo, precision: str, device: str = "cpu") -> Peak:
-    """The peak of `cpu` for one precision, with the arithmetic in `derivation`."""
+    """The peak of `cpu` for one precision, with the arithmetic in `derivation`; `upper_bound` when the CPU has no
+    row in hardware/cpus.json and the figure assumes the most FMA units its instruction set allows."""
     if precision == "tf32":
         return Peak(device, precision, None, NO_TF32_ON_CPUS)
     if precision not in CPU_FLOPS_PER_CYCLE:
@@ -92,14 +119,16 @@ def cpu_peak(cpu: CpuInfo, precision: str, device: str = "cpu") -> Peak:
     clock = _clock_mhz(cpu)
     if is_na(clock):
         return Peak(device, precision, None, clock.reason)
-    rate = _fastest_rate(cpu, precision)
+    rate = _table_rate(cpu, precision)
     if is_na(rate):
         return Peak(device, precision, None, rate.reason)
-    mhz, clock_note = clock
-    tflops = cores * mhz * 1e6 * rate.flops_per_cycle / 1e12
-    derivation = (f"{cores} cores × {mhz / 1000:.2f} GHz ({clock_note}) × {rate.flops_per_cycle} {precision} "
-                  f"FLOPs/cycle ({rate.name}, {rate.factors}) = {tflops:.3f} TFLOP/s")
-    return Peak(device, precision, tflops, derivation)
+    (mhz, clock_note), (flops_per_cycle, how, upper) = clock, rate
+    tflops = cores * mhz * 1e6 * flops_per_cycle / 1e12
+    derivation = (f"{cores} cores × {mhz / 1000:.2f} GHz ({clock_note}) × {flops_per_cycle} {precision} "
+                  f"FLOPs/cycle ({how}) = {tflops:.3f} TFLOP/s")
+    if upper:
+        derivation = f"upper bound ({find_cpu_row(cpu).reason}): {derivation}"
+    return Peak(device, precision, tflops, derivation, upper_bound=upper)
 
 
 def cpu_peaks(cpu: CpuInfo, device: str = "cpu") -> list[Peak]:

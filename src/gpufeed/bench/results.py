@@ -4,8 +4,13 @@ and spread; a figure that could not be measured is absent from its list and name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpufeed.train.step import PRECISIONS as STEP_PRECISIONS
+
+if TYPE_CHECKING:
+    from gpufeed.bench.busy import MachineBusy
+    from gpufeed.bench.gpu_answer import GpuAnswer
 
 # Precisions a benchmark may ask for, in the order they are shown: the training step's table.
 PRECISIONS = tuple(STEP_PRECISIONS)  # fp64, fp32, tf32, bf16, fp16
@@ -34,6 +39,7 @@ class Peak:
     precision: str
     tflops: float | None  # dense, not sparse
     derivation: str  # how it was obtained, or why it is unknown
+    upper_bound: bool = False  # no row for this CPU in hardware/cpus.json: the most its instruction set allows
 
 
 @dataclass(frozen=True)
@@ -81,3 +87,5 @@ class BenchResult:
     precision_runs: list[PrecisionRun] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)  # sentences a person reads in ten seconds
     unmeasured: list[str] = field(default_factory=list)  # "what: why"
+    machine_busy: MachineBusy | None = None  # other processes, steal and spread over the bench's window
+    gpu_estimate: GpuAnswer | None = None  # with no GPU benchmarked: the planner's speed-up on catalog GPUs

@@ -1,24 +1,63 @@
-"""`run_bench`: CPU against GPU on this machine, and what the figures mean, as one `BenchResult`."""
+"""`run_bench`: CPU against GPU on this machine, and what the figures mean, as one `BenchResult`.
+
+The order: training steps first (the summary's answer rests on the CNN step), then matrix products, the
+convolution and the link per device, then short trainings per precision; over the whole window, whether the
+machine was busy (busy.py); with no GPU benchmarked, the planner's speed-up on the catalog's GPUs (gpu_answer.py).
+`--quick` is the QUICK sweep under a time budget (budget.py): what it gives up is what QUICK leaves out of FULL.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
+from gpufeed.bench.budget import NO_BUDGET, QUICK_KERNELS_S, QUICK_MEASUREMENT_S, QUICK_STEPS_S, Budget
+from gpufeed.bench.busy import judge, read_cpu, usable_cores
+from gpufeed.bench.gpu_answer import ANSWER_BATCH, GpuAnswer, cpu_step_to_beat, estimate_gpus
 from gpufeed.bench.kernels import conv_benchmark, matmul_sweep
-from gpufeed.bench.link import link_advice, measure_link
-from gpufeed.bench.peak import cpu_peaks, gpu_peaks
-from gpufeed.bench.results import PRECISIONS, BenchResult, KernelResult, Peak, TrainStepResult
+from gpufeed.bench.link import measure_link
+from gpufeed.bench.peak import cpu_peaks, gpu_peaks, peak_table
+from gpufeed.bench.results import PRECISIONS, BenchResult, KernelResult, Peak, PrecisionRun, TrainStepResult
 from gpufeed.bench.steps import precision_runs, train_step_benchmark
+from gpufeed.bench.summary import summarise
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.devices import resolve_device
-from gpufeed.hardware.probe import probe_cpu, probe_machine
+from gpufeed.hardware.na import is_na
+from gpufeed.hardware.probe import MachineInfo, probe_cpu, probe_machine
 
-QUICK_CPU_SIZES = (128, 256, 512, 1024)
-FULL_CPU_SIZES = (128, 256, 512, 1024, 2048)
-QUICK_GPU_SIZES = (256, 1024, 4096, 8192)
-FULL_GPU_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+Say = Callable[[str], None]
+# The order kernels are measured in: what the summary reports first, so that a spent quick budget drops fp64 first.
+KERNEL_ORDER = ("fp32", "bf16", "tf32", "fp16", "fp64")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What one bench measures. Sizes are matrix sides n (n x n times n x n); batches are training-step batches."""
+
+    cpu_sizes: tuple[int, ...]
+    gpu_sizes: tuple[int, ...]
+    kernel_repeats: int  # timed calls per matmul size and convolution (more for calls under 50 ms in all)
+    kernel_warmup: int
+    max_call_s: float  # larger matmul sizes predicted to take longer per call are skipped
+    cpu_batches: tuple[int, ...]
+    gpu_batches: tuple[int, ...]
+    step_repeats: int
+    step_warmup: int
+    cpu_fp64_steps: bool  # fp64 training steps on the CPU (a CNN step there takes seconds)
+    precision_run_samples: int  # samples of each short training (2 epochs)
+    precision_runs_on_cpu: bool  # short trainings when the CPU is the fastest device (about 30 s each on 2 cores)
+
+
+QUICK = Sweep(cpu_sizes=(128, 256, 512, 1024), gpu_sizes=(256, 1024, 4096, 8192), kernel_repeats=5, kernel_warmup=2,
+              max_call_s=0.5, cpu_batches=(ANSWER_BATCH,), gpu_batches=(64, ANSWER_BATCH), step_repeats=3,
+              step_warmup=1, cpu_fp64_steps=False, precision_run_samples=2000, precision_runs_on_cpu=False)
+FULL = Sweep(cpu_sizes=(128, 256, 512, 1024, 2048), gpu_sizes=(128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+             kernel_repeats=20, kernel_warmup=3, max_call_s=2.0, cpu_batches=(64, ANSWER_BATCH, 1024),
+             gpu_batches=(64, ANSWER_BATCH, 1024), step_repeats=10, step_warmup=3, cpu_fp64_steps=True,
+             precision_run_samples=10000, precision_runs_on_cpu=True)
 
 
 def parse_devices(text: str) -> list[torch.device]:
@@ -46,136 +85,141 @@ def _peaks(devices: list[torch.device]) -> list[Peak]:
     return peaks
 
 
-def run_bench(devices: list[torch.device], precisions: tuple[str, ...], quick: bool = True,
-              progress: Callable[[str], None] | None = None) -> BenchResult:
-    """Kernels, training steps, the link and a short training per precision, on each device."""
-    say = progress or (lambda message: None)
-    say("probing the machine")
-    machine = probe_machine()
-    peaks = _peaks(devices)
-    peak_of = {(peak.device, peak.precision): peak.tflops for peak in peaks}
-    kernels: list[KernelResult] = []
+def _step_precisions(device: torch.device, precisions: tuple[str, ...], sweep: Sweep,
+                     unmeasured: list[str]) -> tuple[str, ...]:
+    if device.type != "cpu":
+        return precisions
+    chosen = precisions
+    if "fp16" in chosen:  # CPU fp16 training is emulated: a CNN step takes seconds, not milliseconds
+        chosen = tuple(p for p in chosen if p != "fp16")
+        unmeasured.append("fp16 training steps on the CPU: without native fp16 training support the step is "
+                          "emulated and runs hundreds of times slower than fp32; not run")
+    if "fp64" in chosen and not sweep.cpu_fp64_steps:
+        chosen = tuple(p for p in chosen if p != "fp64")
+        unmeasured.append("fp64 training steps on the CPU: left out by --quick (a CNN step takes seconds; the fp64 "
+                          "matrix products and convolution show its rate)")
+    return chosen
+
+
+def _budget(quick: bool, seconds: float, what: str) -> Budget:
+    return Budget.quick(seconds, what) if quick else NO_BUDGET
+
+
+def _steps(devices, precisions, sweep: Sweep, quick: bool, say: Say, unmeasured: list[str]) -> list:
     steps: list[TrainStepResult] = []
-    links, runs, unmeasured = [], [], list(machine.unmeasured)
-    for device in devices:
-        gpu = device.type == "cuda"
-        if gpu:
-            sizes = QUICK_GPU_SIZES if quick else FULL_GPU_SIZES
-        else:
-            sizes = QUICK_CPU_SIZES if quick else FULL_CPU_SIZES
-        say(f"matrix products on {device}")
-        found, missing = matmul_sweep(device, precisions, sizes, peak_of, repeats=5 if quick else 20)
-        kernels += found
-        unmeasured += missing
-        say(f"convolution on {device}")
-        found, missing = conv_benchmark(device, precisions, peak_of, repeats=5 if quick else 20)
-        kernels += found
-        unmeasured += missing
-        say(f"host-device link of {device}")
-        found, missing = measure_link(device, repeats=5 if quick else 20)
-        links += found
-        unmeasured += missing
     for device in devices:
         say(f"training steps on {device}")
-        chosen = precisions
-        if device.type == "cpu" and "fp16" in precisions:
-            # CPU fp16 training is emulated: a CNN step took minutes-long fractions of a minute, not milliseconds
-            chosen = tuple(p for p in precisions if p != "fp16")
-            unmeasured.append("fp16 training steps on the CPU: without native fp16 training support the step is "
-                              "emulated and runs hundreds of times slower than fp32; not run")
-        found, missing = train_step_benchmark(devices=[device], precisions=chosen,
-                                              batch_sizes=(64, 256) if quick else (64, 256, 1024),
-                                              repeats=3 if quick else 10)
+        chosen = _step_precisions(device, precisions, sweep, unmeasured)
+        if not chosen:
+            continue
+        budget = _budget(quick, QUICK_STEPS_S, f"training steps on {device}")
+        found, missing = train_step_benchmark(devices=[device], precisions=chosen, repeats=sweep.step_repeats,
+                                              batch_sizes=sweep.cpu_batches if device.type == "cpu"
+                                              else sweep.gpu_batches, warmup=sweep.step_warmup, budget=budget)
         steps += found
         unmeasured += missing
-    steps = _with_speedups(steps)
+    return _with_speedups(steps)
+
+
+def _table_order(kernel: KernelResult) -> tuple[int, int]:
+    """Kernels are shown in PRECISIONS order, sizes rising, whatever order they were measured in."""
+    return PRECISIONS.index(kernel.precision), kernel.flops
+
+
+def _kernels(devices, precisions, sweep: Sweep, quick: bool, peaks: list[Peak], say: Say,
+             unmeasured: list[str]) -> tuple[list[KernelResult], list]:
+    kernels, links, peak_of = [], [], peak_table(peaks)
+    ordered = [p for p in KERNEL_ORDER if p in precisions] + [p for p in precisions if p not in KERNEL_ORDER]
+    for device in devices:
+        say(f"matrix products on {device}")
+        budget = _budget(quick, QUICK_KERNELS_S, f"matrix products and convolutions on {device}")
+        timing = {"repeats": sweep.kernel_repeats, "warmup": sweep.kernel_warmup, "budget": budget}
+        sizes = sweep.gpu_sizes if device.type == "cuda" else sweep.cpu_sizes
+        found, missing = matmul_sweep(device, ordered, sizes, peak_of, max_call_s=sweep.max_call_s, **timing)
+        kernels += sorted(found, key=_table_order)
+        unmeasured += missing
+        say(f"convolution on {device}")
+        found, missing = conv_benchmark(device, ordered, peak_of, **timing)
+        kernels += sorted(found, key=_table_order)
+        unmeasured += missing
+        say(f"host-device link of {device}")
+        found, missing = measure_link(device, repeats=sweep.kernel_repeats)
+        links += found
+        unmeasured += missing
+    return kernels, links
+
+
+def _precision_runs(devices, precisions, sweep: Sweep, say: Say, unmeasured: list[str]) -> list[PrecisionRun]:
     fastest = devices[-1]
+    if fastest.type == "cpu" and not sweep.precision_runs_on_cpu:
+        unmeasured.append(f"short trainings per precision on {fastest}: left out by --quick on a CPU (three CNN "
+                          f"trainings of 62 steps, about 30 s each on 2 cores); run gpufeed bench without --quick")
+        return []
     say(f"short trainings in each precision on {fastest}")
     chosen = tuple(p for p in ("fp64", "fp32", "bf16") if p in precisions or p == "fp32")
-    found, missing = precision_runs(fastest, chosen, count=2000 if quick else 10000, epochs=2)
-    runs += found
+    found, missing = precision_runs(fastest, chosen, count=sweep.precision_run_samples, epochs=2)
     unmeasured += missing
-    result = BenchResult(machine=machine, settings={"devices": [str(d) for d in devices],
-                                                    "precisions": list(precisions), "quick": quick},
-                         kernels=kernels, peaks=peaks, train_steps=steps, link=links, precision_runs=runs,
-                         unmeasured=unmeasured)
-    return BenchResult(**{**result.__dict__, "summary": summarise(result) + link_advice(links)})
+    return found
+
+
+def _gpu_answer(devices, machine: MachineInfo, steps, say: Say, unmeasured: list[str]) -> GpuAnswer | None:
+    """With no GPU benchmarked, the planner's speed-up of the CPU's CNN step on the catalog's GPUs."""
+    if any(device.type == "cuda" for device in devices):
+        return None
+    step = cpu_step_to_beat(steps)
+    if step is None:
+        unmeasured.append(f"GPU estimate: no CNN training step at batch {ANSWER_BATCH} was measured on the CPU")
+        return None
+    say("estimating the step on the catalog's GPUs")
+    try:
+        answer = estimate_gpus(step, gpu_present=bool(machine.accelerators))
+    except (ConfigError, ValueError, OSError, ImportError) as error:  # a bad catalog, an untraceable model, a moved API
+        unmeasured.append(f"GPU estimate: {type(error).__name__}: {error}")
+        return None
+    if is_na(answer):
+        unmeasured.append(f"GPU estimate: {answer.reason}")
+        return None
+    return answer
+
+
+def _timings(kernels: list[KernelResult], steps: list[TrainStepResult]) -> list[tuple[str, float, float]]:
+    """(measurement, fastest s, slowest s) of every kernel and training step, for the spread test."""
+    return ([(f"{k.op} {k.precision} {k.size} on {k.device}", k.seconds_min, k.seconds_max) for k in kernels]
+            + [(f"the {s.model} {s.precision} training step at batch {s.batch_size} on {s.device}", s.seconds_min,
+                s.seconds_max) for s in steps])
+
+
+def run_bench(devices: list[torch.device], precisions: tuple[str, ...], quick: bool = True,
+              progress: Say | None = None) -> BenchResult:
+    """Training steps, kernels, the link and a short training per precision on each device, whether the machine
+    was busy meanwhile, and with no GPU the planner's estimate of one; `quick` measures QUICK within a budget."""
+    say = progress or (lambda message: None)
+    sweep = QUICK if quick else FULL
+    say("probing the machine")
+    machine = probe_machine()
+    start = read_cpu()
+    peaks, unmeasured = _peaks(devices), list(machine.unmeasured)
+    steps = _steps(devices, precisions, sweep, quick, say, unmeasured)
+    kernels, links = _kernels(devices, precisions, sweep, quick, peaks, say, unmeasured)
+    runs = _precision_runs(devices, precisions, sweep, say, unmeasured)
+    busy = judge(start, read_cpu(), usable_cores(), _timings(kernels, steps))
+    estimate = _gpu_answer(devices, machine, steps, say, unmeasured)
+    settings = {"devices": [str(d) for d in devices], "precisions": list(precisions), "quick": quick,
+                "sweep": dataclasses.asdict(sweep),
+                "budget_s": {"per_measurement": QUICK_MEASUREMENT_S, "training_steps_per_device": QUICK_STEPS_S,
+                             "kernels_per_device": QUICK_KERNELS_S} if quick else None}
+    result = BenchResult(machine=machine, settings=settings, kernels=kernels, peaks=peaks, train_steps=steps,
+                         link=links, precision_runs=runs, unmeasured=unmeasured, machine_busy=busy,
+                         gpu_estimate=estimate)
+    return dataclasses.replace(result, summary=summarise(result))
 
 
 def _with_speedups(steps: list[TrainStepResult]) -> list[TrainStepResult]:
     """Each step's speed over the CPU's fp32 figure for the same model and batch (measured per device above)."""
-    from dataclasses import replace
-
     baseline = {(s.model, s.batch_size): s.samples_per_s for s in steps if s.device == "cpu" and s.precision == "fp32"}
-    return [replace(s, speedup_vs_cpu_fp32=(s.samples_per_s / baseline[(s.model, s.batch_size)]
-                                            if (s.model, s.batch_size) in baseline else None)) for s in steps]
-
-
-def _best(kernels: list[KernelResult], device: str, precision: str, op: str = "matmul") -> KernelResult | None:
-    candidates = [k for k in kernels if k.device == device and k.precision == precision and k.op == op]
-    return max(candidates, key=lambda k: k.tflops, default=None)
-
-
-def _crossover(kernels: list[KernelResult], gpu: str) -> str | None:
-    """The smallest matrix size at which the GPU beats the CPU in fp32."""
-    cpu = {k.size: k.tflops for k in kernels if k.device == "cpu" and k.precision == "fp32" and k.op == "matmul"}
-    for kernel in sorted((k for k in kernels if k.device == gpu and k.precision == "fp32" and k.op == "matmul"),
-                         key=lambda k: k.flops):
-        if kernel.size in cpu and kernel.tflops > cpu[kernel.size]:
-            return kernel.size
-    return None
-
-
-def _step_sentence(steps: list[TrainStepResult]) -> str | None:
-    """The largest speed-up over the CPU in fp32 for the CNN, with its device and precision."""
-    faster = [s for s in steps if s.model == "cnn" and s.speedup_vs_cpu_fp32 is not None and s.device != "cpu"]
-    if not faster:
-        return None
-    best = max(faster, key=lambda s: s.speedup_vs_cpu_fp32)
-    return (f"On this machine {best.device} trains the CNN {best.speedup_vs_cpu_fp32:.1f}x faster than the CPU in "
-            f"fp32 ({best.precision}, batch {best.batch_size}: {best.samples_per_s:,.0f} samples/s).")
-
-
-def _precision_sentence(steps: list[TrainStepResult]) -> str | None:
-    """How much the fastest lower precision gains over fp32 for the CNN on the same device and batch."""
-    fp32 = {(s.device, s.batch_size): s.samples_per_s for s in steps if s.model == "cnn" and s.precision == "fp32"}
-    gains = [(s.samples_per_s / fp32[(s.device, s.batch_size)], s) for s in steps
-             if s.model == "cnn" and s.precision in ("bf16", "fp16", "tf32") and (s.device, s.batch_size) in fp32]
-    if not gains:
-        return None
-    gain, step = max(gains, key=lambda pair: pair[0])
-    return (f"On {step.device}, {step.precision} training steps of the CNN ran {gain:.1f}x as fast as fp32 "
-            f"(batch {step.batch_size}).")
-
-
-def _peak_sentence(kernels: list[KernelResult], device: str, precision: str) -> str | None:
-    best = _best(kernels, device, precision)
-    if best is None:
-        return None
-    share = "" if best.fraction_of_peak is None else f", {best.fraction_of_peak:.0%} of its {precision} peak"
-    return f"{device} reached {best.tflops:.2f} TFLOP/s in {precision} matrix products ({best.size}{share})."
-
-
-def summarise(result: BenchResult) -> list[str]:
-    """Sentences a person reads in ten seconds."""
-    sentences = [_step_sentence(result.train_steps), _precision_sentence(result.train_steps)]
-    devices = result.settings["devices"]
-    for device in devices:
-        precision = "fp32" if device == "cpu" else "bf16"
-        sentences.append(_peak_sentence(result.kernels, device, precision))
-        if device != "cpu" and "cpu" in devices:
-            size = _crossover(result.kernels, device)
-            sentences.append(f"The GPU overtakes the CPU at matrix size {size} in fp32." if size else
-                             "In this sweep the GPU never overtook the CPU in fp32 matrix products.")
-    by_precision = {run.precision: run for run in result.precision_runs}
-    if "fp64" in by_precision and "fp32" in by_precision:
-        double, single = by_precision["fp64"], by_precision["fp32"]
-        sentences.append(f"fp64 took {double.seconds / single.seconds:.1f}x the time of fp32 for "
-                         f"{double.validation_accuracy:.1%} against {single.validation_accuracy:.1%} accuracy: "
-                         f"single precision suffices.")
-    sentences.append("These results stay on this machine: gpufeed uploads nothing.")
-    return [sentence for sentence in sentences if sentence]
-
+    return [dataclasses.replace(s, speedup_vs_cpu_fp32=(s.samples_per_s / baseline[(s.model, s.batch_size)]
+                                                        if (s.model, s.batch_size) in baseline else None))
+            for s in steps]
 
 
 def peaks_by_device(peaks: list[Peak]) -> tuple[dict, dict]:

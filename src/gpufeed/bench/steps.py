@@ -15,11 +15,11 @@ from dataclasses import replace
 import torch
 from torch import nn
 
+from gpufeed.bench.budget import NO_BUDGET, Budget, OverBudget, budgeted_timing
 from gpufeed.bench.kernels import tf32_flags
 from gpufeed.bench.results import PRECISIONS, PrecisionRun, TrainStepResult
 from gpufeed.errors import ConfigError, DeviceUnavailable, GpufeedError
 from gpufeed.hardware.devices import resolve_device
-from gpufeed.measure.timing import time_call
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.loop import train
 from gpufeed.train.models import build_model
@@ -81,12 +81,12 @@ def make_train_step(model_name: str, device: torch.device, precision: str,
 
 
 def _time_step(model_name: str, device: torch.device, precision: str, batch_size: int, repeats: int,
-               warmup: int) -> TrainStepResult:
+               warmup: int, budget: Budget = NO_BUDGET) -> TrainStepResult:
     with torch.random.fork_rng(devices=[device.index] if device.type == "cuda" else []):
         torch.manual_seed(0)
         step, _ = make_train_step(model_name, device, precision, batch_size)
     with tf32_mode(device, precision == "tf32"):
-        timing = time_call(step, device, warmup=warmup, repeats=repeats)
+        timing = budgeted_timing(step, device, budget, warmup=warmup, repeats=repeats)
     return TrainStepResult(model=model_name, device=str(device), precision=precision, batch_size=batch_size,
                            samples_per_s=batch_size / timing.median_s, seconds_median=timing.median_s,
                            seconds_min=timing.min_s, seconds_max=timing.max_s, runs=timing.runs,
@@ -116,13 +116,15 @@ def _resolve_devices(devices: Sequence[str | torch.device] | None) -> tuple[list
 def train_step_benchmark(models: Sequence[str] = ("mlp", "cnn"),
                          devices: Sequence[str | torch.device] | None = None,
                          precisions: Sequence[str] | None = None, batch_sizes: Sequence[int] = (64, 256),
-                         repeats: int = 10, warmup: int = 3) -> tuple[list[TrainStepResult], list[str]]:
+                         repeats: int = 10, warmup: int = 3,
+                         budget: Budget = NO_BUDGET) -> tuple[list[TrainStepResult], list[str]]:
     """Median seconds and samples/s of whole training steps for every model x device x precision x batch size.
 
     `devices` None: the CPU and the first CUDA GPU if there is one. `precisions` None: fp32 and bf16 on a CPU,
     fp32, tf32, bf16 and fp16 on a GPU. Combinations a device cannot run are left out and named in the second
     list with the reason. Defaults take about 10 s on 2 cores of a Xeon (mlp and cnn, batches 64 and 256).
     fp16 on a CPU runs (autocast) but can be hundreds of times slower than fp32 where the CPU lacks fp16 kernels.
+    `budget` (bench/budget.py) bounds each step's measurement and all of them; what it leaves out is named.
     """
     _check_precisions(precisions)
     found, unmeasured = _resolve_devices(devices)
@@ -136,12 +138,18 @@ def train_step_benchmark(models: Sequence[str] = ("mlp", "cnn"),
                 continue
             for model_name in models:
                 for batch_size in batch_sizes:
+                    what = f"train steps, {model_name} on {device} {precision} batch {batch_size}"
+                    if budget.spent():
+                        unmeasured.append(f"{what}: {budget.spent_reason()}")
+                        continue
                     try:
-                        results.append(_time_step(model_name, device, precision, batch_size, repeats, warmup))
+                        results.append(_time_step(model_name, device, precision, batch_size, repeats, warmup,
+                                                  budget))
+                    except OverBudget as skipped:
+                        unmeasured.append(f"{what}: {skipped}")
                     except (RuntimeError, NotImplementedError) as error:  # "not implemented for", out of memory
                         first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                        unmeasured.append(f"train steps, {model_name} on {device} {precision} batch {batch_size}: "
-                                          f"{first_line}")
+                        unmeasured.append(f"{what}: {first_line}")
                     finally:
                         if device.type == "cuda":
                             torch.cuda.empty_cache()

@@ -6,16 +6,24 @@ import argparse
 
 from rich.table import Table
 
+from gpufeed.bench.busy import busy_sentence
+from gpufeed.bench.gpu_answer import factor_text
 from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document, error_console
 
 EXAMPLES = """examples:
-  gpufeed bench --quick                         # under a minute on a CPU-only laptop
+  gpufeed bench --quick                         # under a minute on 2 cores, busy or not: fewer sizes and repeats
+                                                # within a time budget, no batch 64, no fp64 steps or short
+                                                # trainings on a CPU
   gpufeed bench --device cuda:0 --precision bf16,fp16 --json bench.json
   gpufeed bench --quick --html bench.html        # a page: TFLOP/s against size, where the GPU overtakes the CPU
   gpufeed bench                                 # the full sweep: a few minutes
 
 Matrix products count a multiply-add as 2 FLOPs. Peaks are dense (not sparse) rates: the CPU's from its cores,
-clock and instruction set, a GPU's from the sourced table hardware/gpus.json. Nothing is uploaded.
+clock and microarchitecture (the sourced table hardware/cpus.json; without a row, an upper bound from its
+instruction set), a GPU's from the sourced table hardware/gpus.json. Other processes' CPU share, steal time and
+the spread of repeats are checked over the run: past their limits the summary says the figures are unreliable.
+Without a GPU, the summary gives gpufeed plan's estimate of the CNN step on the catalog's GPUs. Nothing is
+uploaded.
 """
 
 
@@ -25,7 +33,8 @@ def register(subparsers) -> None:
                                                "precision, the host-device link, and short trainings in fp64, fp32 "
                                                "and bf16.",
                                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    parser.add_argument("--quick", action="store_true",
+                        help="fewer sizes and repeats within a time budget (under a minute on 2 cores)")
     parser.add_argument("--device", default="all", help="all (default) | cpu | cuda:0 | a comma-separated list")
     parser.add_argument("--precision", default="fp64,fp32,tf32,bf16,fp16",
                         help="comma-separated: fp64,fp32,tf32,bf16,fp16 (default: all)")
@@ -57,9 +66,21 @@ def _steps_table(result) -> Table:
     return table
 
 
+def _gpu_table(answer) -> Table:
+    table = Table(title=f"the {answer.model} step (batch {answer.batch_size}) on catalog GPUs, by gpufeed plan's "
+                        f"roofline ({answer.gpu_precision}; band: its efficiency band)")
+    for column in ("GPU", "step ms", "band ms", "x this CPU", "band"):
+        table.add_column(column, justify="left" if column == "GPU" else "right")
+    table.add_row(f"this CPU ({answer.cpu_precision}, measured)", f"{answer.cpu_step_s * 1e3:,.1f}", "", "1", "")
+    for e in answer.estimates:
+        table.add_row(e.gpu, f"{e.step_s * 1e3:.3f}", f"{e.step_s_low * 1e3:.3f}-{e.step_s_high * 1e3:.3f}",
+                      factor_text(e.speedup), f"{factor_text(e.speedup_low)}-{factor_text(e.speedup_high)}")
+    return table
+
+
 def _show(result) -> None:
     for peak in result.peaks:
-        value = "NA" if peak.tflops is None else f"{peak.tflops:.3f} TFLOP/s"
+        value = "NA" if peak.tflops is None else f"{'at most ' if peak.upper_bound else ''}{peak.tflops:.3f} TFLOP/s"
         console.print(f"peak {peak.device} {peak.precision}: {value} — {peak.derivation}")
     console.print(_kernel_table(result))
     console.print(_steps_table(result))
@@ -70,8 +91,12 @@ def _show(result) -> None:
     for run in result.precision_runs:
         console.print(f"training in {run.precision} on {run.device}: validation accuracy "
                       f"{run.validation_accuracy:.1%}, {run.seconds:.1f} s, {run.steps} steps")
+    if result.gpu_estimate is not None:
+        console.print(_gpu_table(result.gpu_estimate))
     for line in result.unmeasured:
         console.print(f"[dim]not measured: {line}[/dim]")
+    if result.machine_busy is not None and not result.machine_busy.busy:  # a busy one leads the summary
+        console.print(busy_sentence(result.machine_busy))
     console.print("[bold]summary[/bold]")
     for sentence in result.summary:
         console.print(f"  {sentence}")

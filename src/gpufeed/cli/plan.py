@@ -20,11 +20,14 @@ EXAMPLES = """examples:
   gpufeed plan --model resnet18 --input 3x224x224 --classes 1000 --batch-size 256 --dataset-size 1281167 --epochs 90
   gpufeed plan --model cnn --data train.gpuf --epochs 20 --gpus 4 --target-hours 1
   gpufeed plan --model mymodels.py:make_net --input 3x64x64 --optimizer sgd --precision fp32 --json plan.json
+  gpufeed plan --model resnet50 --input 3x224x224 --classes 1000 --precision tf32 --gpu a100 80gb sxm
   gpufeed plan --model resnet18 --html plan.html  # a page: memory parts against each GPU, time and cost
 
 Memory is traced from one real training step on fake tensors (nothing is allocated); FLOPs from
-torch.utils.flop_counter; times use each GPU's dense peak from hardware/gpus.json times a model-FLOPs
-utilisation measured on this machine's GPU when there is one, else a stated default, with a band.
+torch.utils.flop_counter and bytes from the same trace; a step's time on each GPU is the sum over its operators
+of the longer of FLOPs at the card's peak and bytes at its memory bandwidth (hardware/gpus.json), at
+efficiencies fitted to NVIDIA's published ResNet-50 throughput or scaled to a step measured on this machine's
+GPU, with a band. To buy, SXM/OAM GPUs come as 4- or 8-GPU servers; to rent, any count, priced per GPU-hour.
 """
 
 
@@ -41,7 +44,9 @@ def register(subparsers) -> None:
     parser.add_argument("--grad-accumulation", type=int, default=1, metavar="K",
                         help="micro-batches per optimizer step, gradients summed across them (default 1)")
     parser.add_argument("--optimizer", default="adamw", help="sgd | adam | adamw")
-    parser.add_argument("--precision", default="bf16", help="fp32 | bf16 | fp16 | fp64")
+    parser.add_argument("--precision", default="bf16",
+                        help="bf16 | fp16 | fp32 | tf32 (TF32 matrix products and convolutions) | fp64; bf16 "
+                             "falls back to fp16 with a scaler on GPUs without it")
     parser.add_argument("--dataset-size", type=int, default=None, help="samples per epoch (default 50000)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--gpus", type=int, default=1)
@@ -49,7 +54,12 @@ def register(subparsers) -> None:
     parser.add_argument("--data", help="a packed dataset: its shape, classes and size fill the defaults")
     parser.add_argument("--image-size", type=int, metavar="N",
                         help="the N x N crops a --data packed with --max-side (sizes differ) is trained at")
-    parser.add_argument("--gpu", dest="host_gpu", help="plan the host around this GPU (default: the best that fits)")
+    parser.add_argument("--gpu", dest="host_gpu",
+                        help="plan the machine to buy around this GPU, named loosely ('4090', 'h100 sxm'; "
+                             "default: the best value to buy)")
+    parser.add_argument("--source-gib", type=float, default=None, metavar="GIB",
+                        help="the files the dataset is packed from, GiB, kept on the disk (default: as large as "
+                             "the packed dataset)")
     parser.add_argument("--check", action="store_true", help="also run the step here and compare")
     add_json_flag(parser)
     add_html_flag(parser)
@@ -68,7 +78,8 @@ def _request(args):
                        batch_size=args.batch_size, optimizer=args.optimizer, precision=args.precision,
                        dataset_size=args.dataset_size or size, epochs=args.epochs, gpus=args.gpus,
                        target_hours=args.target_hours, bytes_per_sample=stored, host_gpu=args.host_gpu,
-                       grad_accumulation=args.grad_accumulation)
+                       grad_accumulation=args.grad_accumulation,
+                       source_bytes=None if args.source_gib is None else round(args.source_gib * 2**30))
 
 
 def _data_defaults(args) -> tuple[tuple[int, int, int], int, int, int]:
@@ -96,11 +107,8 @@ def _gib(value) -> str:
     return "NA" if value is None else f"{value / 2**30:,.2f} GiB"
 
 
-def _show(plan) -> None:
-    from gpufeed.plan.rank import duration_text
-
-    memory = plan.memory
-    request = plan.request
+def _memory(plan) -> None:
+    memory, request = plan.memory, plan.request
     batch = (f"batch {request.batch_size} per GPU" if request.grad_accumulation == 1 else
              f"micro-batch {request.batch_size} x {request.grad_accumulation} per GPU")
     console.print(f"[bold]{request.model}[/bold]: {plan.params:,} parameters, input {request.input_shape}, "
@@ -115,26 +123,44 @@ def _show(plan) -> None:
     by_order = memory.peak_bytes_by_order
     console.print(f"peak by loop order: gradients freed before the forward {_gib(by_order['grads_freed'])}, "
                   f"gradients live through it (accumulation) {_gib(by_order['grads_live'])}")
-    compute = plan.compute
-    console.print(f"compute: {plan.flops_per_step:,} FLOPs per step, {compute.total_steps:,} steps; MFU "
-                  f"{compute.mfu:.2f} ({compute.mfu_low:.2f}-{compute.mfu_high:.2f}): {compute.mfu_source}")
-    host = plan.host
-    console.print(f"host around {plan.request.gpus} x {plan.host_gpu}:")
-    console.print(f"  RAM {_gib(host.ram_bytes)} (at least {_gib(host.ram_minimum_bytes)}): {host.ram_reason}")
+
+
+def _host(plan) -> None:
+    compute, host = plan.compute, plan.host
+    console.print(f"compute: {plan.flops_per_step:,} FLOPs and {compute.bytes_per_step / 2**30:,.1f} GiB moved per "
+                  f"step, {compute.total_steps:,} steps; efficiencies: compute {compute.compute_efficiency:.2f}, "
+                  f"memory {compute.memory_efficiency:.2f} (band x{compute.efficiency_low:.2f}-"
+                  f"x{compute.efficiency_high:.2f}): {compute.efficiency_source}")
+    console.print(f"to buy around {plan.host_gpu}: {host.system}")
+    console.print(f"  RAM at least {_gib(host.ram_minimum_bytes)}, ideally {_gib(host.ram_bytes)}: {host.ram_reason}")
+    console.print(f"  RAM to keep the dataset in the page cache {_gib(host.ram_cache_bytes)}: {host.ram_cache_reason}")
     console.print(f"  CPU cores {host.cpu_cores}: {host.cpu_reason}")
     console.print(f"  disk {_gib(host.disk_bytes)}: {host.disk_reason}")
-    console.print(f"  power supply {host.psu_watts} W: {host.psu_arithmetic}")
+    console.print(f"  power supply {host.psu_watts:,} W: {host.psu_arithmetic}")
     for note in host.link_notes:
         console.print(f"  link: {note}")
-    ranking = Table(title="GPUs ranked")
-    for column in ("GPU", "fits", "max batch", "time (band)", "buy (USD)", "rent (USD)", "energy kWh", "notes"):
+
+
+def _money(value) -> str:
+    return "NA" if value is None else f"{value:,.2f}"
+
+
+def _show(plan) -> None:
+    from gpufeed.plan.rank import duration_text
+
+    _memory(plan)
+    _host(plan)
+    ranking = Table(title=f"GPUs ranked ({plan.request.gpus} per run; rent per GPU-hour, buy as sold)")
+    for column in ("GPU", "fits", "max batch", "precision", "samples/s", "time (band)", "rent $/h", "rent $/job",
+                   "buy $ (GPUs)", "energy kWh", "notes"):
         ranking.add_column(column)
     for option in plan.gpus:
         hours = "NA" if option.hours is None else (f"{duration_text(option.hours)} ({duration_text(option.hours_low)}"
                                                    f" to {duration_text(option.hours_high)})")
-        ranking.add_row(option.name, "yes" if option.fits else "no", str(option.max_batch_size), hours,
-                        "NA" if option.cost_buy_usd is None else f"{option.cost_buy_usd:,.0f}",
-                        "NA" if option.cost_rent_usd is None else f"{option.cost_rent_usd:,.0f}",
+        buy = "NA" if option.cost_buy_usd is None else f"{option.cost_buy_usd:,.0f} ({option.buy_gpus})"
+        ranking.add_row(option.name, "yes" if option.fits else "no", str(option.max_batch_size), option.precision,
+                        "NA" if option.samples_per_s is None else f"{option.samples_per_s:,.0f}", hours,
+                        _money(option.rent_usd_per_hour), _money(option.cost_rent_usd), buy,
                         "NA" if option.energy_kwh is None else f"{option.energy_kwh:,.1f}", option.notes)
     console.print(ranking)
     console.print(f"[bold]recommendation[/bold]: {plan.recommendation}")

@@ -8,7 +8,10 @@ device. On the CPU the same stages run on the staging threads, so the consumer r
 
 With a resized-crop augment ("random-resized-crop", "centre-crop", for photos of any size) the staging threads
 also crop each sample (decoding JPEG samples) and resize it into the slot (`resize.py`, boxes from
-`crops.py`); the device then flips, converts and normalises the uint8 batch as for fixed-size data.
+`crops.py`); the device then flips, converts and normalises the uint8 batch as for fixed-size data. With
+`decode="gpu"` JPEG bytes cross the bus instead, and the device decodes, crops and resizes (`device_decode.py`).
+On the CPU the staging threads mirror each flipped crop as they resize it, and write the float batch into
+memory an `OutputPool` lends again once the consumer has dropped the batch (staging.py).
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import torch
 
 from gpufeed.data import augment as transforms
 from gpufeed.data import crops
+from gpufeed.data.device_decode import choose_decode, device_decoded_batches
 from gpufeed.data.order import EpochOrder, batches_per_epoch, check_order_arguments, epoch_order
 from gpufeed.data.reader import PackedDataset, dataset_from_arrays, open_packed
 from gpufeed.data.resize import CropResizer
-from gpufeed.data.staging import SlotPool, Staging
+from gpufeed.data.staging import OutputPool, SlotPool, Staging
 from gpufeed.data.transfer import DeviceTransfer, ResidentData, fits_on_device
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.devices import resolve_device
@@ -50,7 +54,8 @@ class Feed:
     `augment="random-resized-crop"` (torchvision's RandomResizedCrop and a horizontal flip; "-noflip" without
     the flip) or `"centre-crop"` (validation) resize every sample to `image_size` (an int or (H, W)), which
     variable-size data requires. `notes` holds one-line remarks on the settings (e.g. upscaling) for the
-    caller to show.
+    caller to show. `decode` ("auto", "cpu", "gpu"): where JPEG samples are decoded; "auto" decodes on the GPU
+    (nvImageCodec, `pip install 'gpufeed[nvjpeg]'`) on a CUDA device when it is installed, else on CPU threads.
     """
 
     def __init__(self, source: str | os.PathLike | PackedDataset, batch_size: int, device: str = "auto",
@@ -58,7 +63,8 @@ class Feed:
                  normalize: bool = True, dtype: torch.dtype | None = None, prefetch: int = 4,
                  ram_budget_bytes: int | None = None, rank: int = 0, world_size: int = 1,
                  workers: int | None = None, padding: int = 4, resident: bool | str = "auto",
-                 channels_last: bool | None = None, verify: bool = False, indices=None, image_size=None):
+                 channels_last: bool | None = None, verify: bool = False, indices=None, image_size=None,
+                 decode: str = "auto"):
         if isinstance(source, PackedDataset):
             self.dataset = source
         else:
@@ -78,6 +84,8 @@ class Feed:
         self.workers = default_workers() if workers is None else int(workers)
         if self.workers < 1:
             raise ConfigError(f"workers must be at least 1, got {self.workers}")
+        choice = choose_decode(decode, self.device, self.dataset, self.resized, self.workers)
+        self.decode, self._device_decoder, self.notes = choice.mode, choice.decoder, self.notes + choice.notes
         self.dtype = dtype or torch.float32
         if not self.dtype.is_floating_point:
             raise ConfigError(f"dtype must be a floating type such as torch.float32 or torch.bfloat16, "
@@ -201,6 +209,8 @@ class Feed:
             order, epoch = self.order(), self.epoch
         if self.resident:
             batches = self._iterate_resident(order, epoch)
+        elif self.decode == "gpu":
+            batches = device_decoded_batches(self, order, epoch, self._device_decoder)
         elif self.device.type == "cpu":
             batches = self._iterate_host(order, epoch)
         else:
@@ -218,18 +228,21 @@ class Feed:
         start = self.rank * self.batch_size  # this rank's slice of the step, as in the order
         return np.ascontiguousarray(step[:, start:start + size])
 
-    def _finish(self, images_uint8: torch.Tensor, draws: torch.Tensor | None) -> torch.Tensor:
-        """uint8 (B, H, W, C) on the device -> augmented, normalised float (B, C, H, W)."""
+    def _finish(self, images_uint8: torch.Tensor, draws: torch.Tensor | None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+        """uint8 (B, H, W, C) on the device -> augmented, normalised float (B, C, H, W), into `out` if given."""
         if draws is not None:
             padding = self.plan.padding if self.plan.crop else 0
             images_uint8 = transforms.crop_flip(images_uint8, draws, padding, self.plan.flip)
-        return transforms.to_float(images_uint8, self.dtype, self._scale, self._shift, self.channels_last)
+        return transforms.to_float(images_uint8, self.dtype, self._scale, self._shift, self.channels_last, out)
 
     def _iterate_host(self, order: EpochOrder, epoch: int):
-        """CPU device: threads gather, augment and convert; the consumer receives finished batches."""
+        """CPU device: threads gather, augment and convert; the consumer receives finished batches. Resized
+        crops are mirrored as they are resized; float batches go into memory lent by an `OutputPool`."""
         stop = threading.Event()
         shape = (self.batch_size, *self._staged_shape)
         pool = SlotPool(lambda: torch.empty(shape, dtype=torch.uint8), self.prefetch + self.workers, stop)
+        outputs = OutputPool(self.prefetch + self.workers + 2)  # queued, being prepared, held by the consumer
         images = None if self.cropper else self.dataset.images_tensor()
         labels = self.dataset.labels
 
@@ -238,9 +251,12 @@ class Feed:
             slot = pool.acquire()
             try:
                 batch = slot[: len(indices)]
-                self._gather(images, epoch, index, indices, batch)
-                draws = self._draws(epoch, index, len(indices))
-                finished = self._finish(batch, None if draws is None else torch.from_numpy(draws))
+                draws, flips = self._draws(epoch, index, len(indices)), None
+                if self.cropper is not None and draws is not None:
+                    flips, draws = draws[2], None  # the "flip" augment's coins
+                self._gather(images, epoch, index, indices, batch, flips)
+                out = outputs.take_images(len(indices), self.sample_shape, self.dtype, self.channels_last)
+                finished = self._finish(batch, None if draws is None else torch.from_numpy(draws), out)
             finally:
                 pool.release(slot)
             return finished, torch.from_numpy(labels[indices])
@@ -276,16 +292,17 @@ class Feed:
         return size
 
     def _gather(self, images: torch.Tensor | None, epoch: int, index: int, indices: np.ndarray,
-                out: torch.Tensor) -> None:
+                out: torch.Tensor, flips: np.ndarray | None = None) -> None:
         """Batch `index` as uint8 (B, H, W, C) into `out`: a gather of the packed `images`, or, with a
-        resized-crop augment, each sample cropped (decoded) and resized here on the calling thread."""
+        resized-crop augment, each sample cropped (decoded) and resized here on the calling thread, and
+        mirrored where `flips` (B,) is non-zero."""
         if self.cropper is None:
             torch.index_select(images, 0, torch.from_numpy(indices), out=out)
             return
         heights, widths = self.cropper.heights[indices], self.cropper.widths[indices]
         boxes = crops.batch_boxes(self.resized, heights, widths, self.seed, epoch, index,
                                   step=self.batch_size * self.world_size, start=self.rank * self.batch_size)
-        self.cropper.stage(indices, boxes, out)
+        self.cropper.stage(indices, boxes, out, flips)
 
     def _iterate_resident(self, order: EpochOrder, epoch: int):
         """The whole dataset is on the device: gather each batch there, no per-step copy of images."""

@@ -67,14 +67,40 @@ def scaled_box(box, factor: int, scaled_height: int, scaled_width: int) -> tuple
     return first_row, first_column, rows, columns
 
 
-def resize_into(source: torch.Tensor, out: torch.Tensor) -> None:
-    """Resize uint8 (h, w, C) `source` (any strides, e.g. a crop view) into uint8 (H, W, C) `out`."""
-    if source.shape == out.shape:
-        out.copy_(source)
-        return
-    resized = F.interpolate(source[None].permute(0, 3, 1, 2), size=tuple(out.shape[:2]), mode="bilinear",
-                            antialias=True, align_corners=False)  # (1, C, H, W) in channels_last memory
-    out.copy_(resized[0].permute(1, 2, 0))
+def _direct_kernel():
+    """torch's antialiased bilinear kernel, which `F.interpolate(mode="bilinear", antialias=True)` calls, in the
+    form that writes into a given tensor; None when this torch has no such form (then `F.interpolate`)."""
+    kernel = getattr(torch._C._nn, "_upsample_bilinear2d_aa", None)
+    try:
+        kernel(torch.zeros((1, 1, 2, 2), dtype=torch.uint8), (1, 1), False, None, None,
+               out=torch.empty((1, 1, 1, 1), dtype=torch.uint8))
+    except (TypeError, RuntimeError):
+        return None
+    return kernel
+
+
+RESIZE_KERNEL = _direct_kernel()
+
+
+def resize_into(source: torch.Tensor, out: torch.Tensor, flip: bool = False) -> None:
+    """Resize uint8 (h, w, C) `source` (any strides, e.g. a crop view) into uint8 (H, W, C) `out`, mirrored left
+    to right after the resize when `flip` (so a flipped sample is exactly the unflipped one mirrored)."""
+    resize_planes(source.permute(2, 0, 1)[None], out, out.permute(2, 0, 1)[None], flip)
+
+
+def resize_planes(planes: torch.Tensor, out: torch.Tensor, out_planes: torch.Tensor, flip: bool) -> None:
+    """`resize_into` for a source already viewed as (1, C, h, w) (a crop of an (H, W, C) image, permuted);
+    `out_planes` is `out` viewed the same way, which the kernel writes straight into."""
+    size = tuple(out.shape[:2])
+    if planes.shape[2:] == size:
+        out.copy_(planes[0].permute(1, 2, 0))
+    elif RESIZE_KERNEL is None:  # its result is (1, C, H, W) in planar memory: a transposing copy
+        out.copy_(F.interpolate(planes, size=size, mode="bilinear", antialias=True, align_corners=False)[0]
+                  .permute(1, 2, 0))
+    else:
+        RESIZE_KERNEL(planes, size, False, None, None, out=out_planes)
+    if flip:
+        out.copy_(out.flip(1))  # torch's vectorised mirror of contiguous 3- or 1-byte pixels, then a copy back
 
 
 class CropResizer:
@@ -92,35 +118,52 @@ class CropResizer:
         self._pixels = None if self.encoding == "jpeg" else _raw_pixels(dataset)
         self._scratch = threading.local()
 
-    def stage(self, samples: np.ndarray, boxes: np.ndarray, out: torch.Tensor) -> None:
-        """Write sample samples[k] cropped to boxes[k] and resized into out[k] (uint8 (B, H, W, C))."""
+    def stage(self, samples: np.ndarray, boxes: np.ndarray, out: torch.Tensor, flips: np.ndarray | None = None) -> None:
+        """Write sample samples[k] cropped to boxes[k] and resized into out[k] (uint8 (B, H, W, C)), mirrored
+        left to right where flips[k] is non-zero."""
         crop = self._crop_jpeg if self.encoding == "jpeg" else self._crop_raw
-        for position, sample in enumerate(samples.tolist()):
-            crop(sample, boxes[position], out[position])
+        flipped = [False] * len(samples) if flips is None else np.asarray(flips).astype(bool).tolist()
+        images, planes = out.unbind(0), out.permute(0, 3, 1, 2).unsqueeze(1).unbind(0)  # (H, W, C), (1, C, H, W)
+        for position, (sample, box) in enumerate(zip(samples.tolist(), boxes.tolist(), strict=True)):
+            resize_planes(crop(sample, box, out.shape[1:3]), images[position], planes[position], flipped[position])
 
-    def _crop_raw(self, sample: int, box, out: torch.Tensor) -> None:
-        top, left, height, width = (int(v) for v in box)
-        resize_into(self._pixels(sample)[top:top + height, left:left + width], out)
+    def _crop_raw(self, sample: int, box: list[int], size: tuple[int, int]) -> torch.Tensor:
+        """The box of raw sample `sample` as a (1, C, h, w) view of the payload."""
+        return self._pixels(sample, box)
 
-    def _crop_jpeg(self, sample: int, box, out: torch.Tensor) -> None:
+    def _crop_jpeg(self, sample: int, box: list[int], size: tuple[int, int]) -> torch.Tensor:
+        """The box of JPEG sample `sample`, decoded (at 1/factor when the box allows), as a (1, C, h, w) view
+        of this thread's decode buffer."""
         full_height, full_width = int(self.heights[sample]), int(self.widths[sample])
-        factor = dct_factor(int(box[2]), int(box[3]), out.shape[0], out.shape[1])
+        factor = dct_factor(box[2], box[3], size[0], size[1])
         scaled_height, scaled_width = -(-full_height // factor), -(-full_width // factor)
         data = self.dataset.sample_bytes(sample)
         scale = dict(min_height=scaled_height, min_width=scaled_width, min_factor=factor)
+        buffer = self._buffer(scaled_height * scaled_width * self.channels)
         try:
-            decoded_size = simplejpeg.decode_jpeg_header(data, **scale)[:2]  # ~3 us
-            if decoded_size != (scaled_height, scaled_width):
-                full_size = simplejpeg.decode_jpeg_header(data)[:2]
-                raise FormatError(f"{self._which(sample)} is a {full_size[1]}x{full_size[0]} JPEG but the table "
-                                  f"says {full_width}x{full_height}; re-run gpufeed pack")
-            buffer = self._buffer(scaled_height * scaled_width * self.channels)
             image = simplejpeg.decode_jpeg(data, JPEG_COLOURSPACES[self.channels], buffer=buffer, **scale)
-        except ValueError as error:
-            raise FormatError(f"{self._which(sample)} does not decode as JPEG ({error}); the file or its source "
-                              f"image is damaged: re-run gpufeed pack") from None
+        except ValueError as error:  # damaged, or larger than the table says (then the buffer is too small)
+            raise self._size_error(sample, data) or self._damaged(sample, error) from None
+        if image.shape[:2] != (scaled_height, scaled_width):
+            raise self._size_error(sample, data) or self._damaged(sample, f"it decodes to {image.shape[:2]}")
         top, left, height, width = scaled_box(box, factor, scaled_height, scaled_width)
-        resize_into(torch.from_numpy(image)[top:top + height, left:left + width], out)
+        return torch.from_numpy(image[top:top + height, left:left + width].transpose(2, 0, 1)[None])
+
+    def _size_error(self, sample: int, data: np.ndarray) -> FormatError | None:
+        """The error for a JPEG whose header gives another size than the table; None when the sizes agree or
+        the header cannot be read (checked only after a decode failed or gave another size: ~3 us a sample)."""
+        try:
+            height, width = simplejpeg.decode_jpeg_header(data)[:2]
+        except ValueError:
+            return None
+        if (height, width) == (int(self.heights[sample]), int(self.widths[sample])):
+            return None
+        return FormatError(f"{self._which(sample)} is a {width}x{height} JPEG but the table says "
+                           f"{int(self.widths[sample])}x{int(self.heights[sample])}; re-run gpufeed pack")
+
+    def _damaged(self, sample: int, error) -> FormatError:
+        return FormatError(f"{self._which(sample)} does not decode as JPEG ({error}); the file or its source image "
+                           f"is damaged: re-run gpufeed pack")
 
     def _which(self, sample: int) -> str:
         """`data/train.gpuf: sample 13 (cat/001.jpg)`: the file, the sample and, when stored, its source."""
@@ -136,18 +179,21 @@ class CropResizer:
 
 
 def _raw_pixels(dataset):
-    """sample -> its uint8 (H, W, C) pixels as a CPU tensor view into the payload (no copy).
+    """(sample, box) -> the box of raw sample `sample` as a (1, C, h, w) CPU tensor view into the payload (no
+    copy), in channels_last strides.
 
     The tensor over the payload is made once, here on the constructing thread: `torch.from_numpy` of a
     read-only memory map warns, and silencing warnings is not thread-safe."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # a read-only memory map: we never write to it
         payload = torch.from_numpy(np.asarray(dataset.payload))
-    offsets, heights, widths = (np.asarray(a, np.int64) for a in (dataset.offsets, dataset.heights, dataset.widths))
+    offsets, widths = (np.asarray(a, np.int64) for a in (dataset.offsets, dataset.widths))
     channels = int(dataset.channels)
 
-    def pixels(sample: int) -> torch.Tensor:
-        start, height, width = int(offsets[sample]), int(heights[sample]), int(widths[sample])
-        return payload[start:start + height * width * channels].view(height, width, channels)
+    def pixels(sample: int, box: list[int]) -> torch.Tensor:
+        top, left, height, width = box
+        row = int(widths[sample]) * channels
+        start = int(offsets[sample]) + top * row + left * channels
+        return payload.as_strided((1, channels, height, width), (height * row, 1, row, channels), start)
 
     return pixels

@@ -10,6 +10,7 @@ watts. A figure the source does not give is `None` in the table and `NA` from `p
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import re
@@ -22,9 +23,13 @@ from gpufeed.hardware.na import NA
 
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 TFLOPS_KEYS = ("fp64", "fp64_tensor", "fp32", "tf32", "bf16", "fp16", "fp8")
-FORM_FACTORS = ("SXM", "PCIe", "consumer")
+FORM_FACTORS = ("SXM", "OAM", "PCIe", "consumer")
+MODULE_FORM_FACTORS = ("SXM", "OAM")  # modules on multi-GPU baseboards, sold as whole systems
+MODULE_SYSTEM_SIZES = (4, 8)  # GPUs per baseboard: HGX 4-GPU and 8-GPU, the 8-module OAM platform
+CARD_SYSTEM_SIZES = tuple(range(1, 9))  # PCIe cards: 1 in a workstation to 8 in a server
 NOT_IN_CATALOG = "not in the catalog (hardware/gpus.json); peak unknown"
 TOP_LEVEL_KEYS = {"schema", "updated", "notes", "gpus"}
+_BRAND_WORDS = {"nvidia", "geforce", "amd", "instinct", "tesla"}
 
 _NUMBER = (int, float)
 # field -> (accepted JSON types, may be null)
@@ -33,11 +38,16 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "architecture": ((str,), False), "compute_capability": ((str,), False), "released": ((str,), False),
     "memory_bytes": ((int,), False), "memory_bandwidth_gb_per_s": (_NUMBER, False), "tdp_w": (_NUMBER, False),
     "pcie_generation": ((int,), True), "pcie_lanes": ((int,), True), "form_factor": ((str,), False),
+    "bf16": ((bool,), False), "system_gpus": ((list,), False), "system_source": ((str,), False),
+    "reference_system": ((str,), True), "reference_system_power_w": (_NUMBER, True),
+    "reference_system_ram_bytes": ((int,), True), "reference_system_source": ((str,), True),
     "dense_tflops": ((dict,), False), "sparse_tflops": ((dict,), False),
     "price_usd": (_NUMBER, True), "price_date": ((str,), True), "price_source": ((str,), True),
     "rent_usd_per_hour": (_NUMBER, True), "rent_source": ((str,), True),
     "source": ((str,), False), "source_date": ((str,), False), "notes": ((str,), False),
 }
+_REFERENCE_KEYS = ("reference_system", "reference_system_power_w", "reference_system_ram_bytes",
+                   "reference_system_source")
 _DATE_FORMATS = {"released": r"\d{4}-\d{2}", "source_date": r"\d{4}-\d{2}-\d{2}", "price_date": r"\d{4}-\d{2}(-\d{2})?"}
 
 
@@ -57,6 +67,13 @@ class GpuSpec:
     pcie_generation: int | None
     pcie_lanes: int | None
     form_factor: str  # one of FORM_FACTORS
+    bf16: bool  # runs bf16 at all (Volta and Turing do not)
+    system_gpus: tuple[int, ...]  # GPUs one system is sold with: (4, 8) or (8,) for modules, 1-8 for cards
+    system_source: str
+    reference_system: str | None  # the vendor's 8-GPU system on this module (DGX), or None
+    reference_system_power_w: float | None  # its stated maximum power
+    reference_system_ram_bytes: int | None  # its system memory
+    reference_system_source: str | None
     dense_tflops: dict[str, float | None] = field(hash=False)
     sparse_tflops: dict[str, float | None] = field(hash=False)  # as data sheets quote "with sparsity"
     price_usd: float | None
@@ -67,6 +84,16 @@ class GpuSpec:
     source: str  # URL of the data sheet or whitepaper
     source_date: str  # YYYY-MM-DD the row was compiled against the source
     notes: str
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        """The vendor's memory bandwidth in bytes per second (the table states decimal GB/s)."""
+        return self.memory_bandwidth_gb_per_s * 1e9
+
+    @property
+    def sold_as_systems(self) -> bool:
+        """SXM and OAM modules are sold on 4- or 8-GPU baseboards, never alone."""
+        return self.form_factor in MODULE_FORM_FACTORS
 
 
 def _check_tflops(table: dict, where: str, key: str) -> dict[str, float | None]:
@@ -94,7 +121,7 @@ def _check_row(row: Any, where: str) -> GpuSpec:
         value = row[key]
         if value is None and nullable:
             continue
-        if isinstance(value, bool) or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             raise ValueError(f"{where}: {key} must be {' or '.join(t.__name__ for t in types)}"
                              f"{' or null' if nullable else ''}, not {value!r}")
     for key, pattern in _DATE_FORMATS.items():
@@ -109,13 +136,35 @@ def _check_row(row: Any, where: str) -> GpuSpec:
             re.compile(pattern)
         except re.error as error:
             raise ValueError(f"{where}: match pattern {pattern!r} is not a regular expression ({error})") from None
+    _check_systems(row, where)
     values = dict(row)
     values["match"] = tuple(row["match"])
+    values["system_gpus"] = tuple(row["system_gpus"])
     values["dense_tflops"] = _check_tflops(row["dense_tflops"], where, "dense_tflops")
     values["sparse_tflops"] = _check_tflops(row["sparse_tflops"], where, "sparse_tflops")
-    for key in ("memory_bandwidth_gb_per_s", "tdp_w", "price_usd", "rent_usd_per_hour"):
+    for key in ("memory_bandwidth_gb_per_s", "tdp_w", "price_usd", "rent_usd_per_hour", "reference_system_power_w"):
         values[key] = None if row[key] is None else float(row[key])
     return GpuSpec(**values)
+
+
+def _check_systems(row: dict, where: str) -> None:
+    """System sizes as sold, bf16 against the bf16 figure, and the reference system's fields all or none."""
+    sizes = row["system_gpus"]
+    counts = all(isinstance(n, int) and not isinstance(n, bool) for n in sizes)
+    if not sizes or not counts or sizes != sorted(set(sizes)):
+        raise ValueError(f"{where}: system_gpus must be a sorted list of distinct GPU counts, not {sizes!r}")
+    module = row["form_factor"] in MODULE_FORM_FACTORS
+    allowed = MODULE_SYSTEM_SIZES if module else CARD_SYSTEM_SIZES
+    if not set(sizes) <= set(allowed) or (not module and tuple(sizes) != CARD_SYSTEM_SIZES):
+        kind = "an SXM or OAM module comes in systems of 4 or 8" if module else "a card goes 1 to 8 in a system"
+        raise ValueError(f"{where}: system_gpus {sizes} does not fit form_factor {row['form_factor']!r}: {kind}")
+    if row["bf16"] != (row["dense_tflops"].get("bf16") is not None):
+        figure = row["dense_tflops"].get("bf16")
+        raise ValueError(f"{where}: bf16 is {row['bf16']} but dense_tflops.bf16 is {figure!r}; a card without "
+                         f"bf16 has no bf16 figure, and one with it has one")
+    given = [row[key] is not None for key in _REFERENCE_KEYS]
+    if any(given) and not all(given):
+        raise ValueError(f"{where}: give all of {', '.join(_REFERENCE_KEYS)} or none")
 
 
 def _read(path: Path | None) -> tuple[str, str]:
@@ -170,6 +219,48 @@ def find_gpu(device_name: str, catalog: tuple[GpuSpec, ...] | None = None) -> Gp
     if best is None:
         return NA(f"{device_name!r} is {NOT_IN_CATALOG}")
     return best
+
+
+def _words(text: str) -> list[str]:
+    """Lower-case words of a GPU name without the vendor's brand words: 'NVIDIA GeForce RTX 4090' -> rtx, 4090."""
+    return [word for word in re.split(r"[^a-z0-9]+", text.lower()) if word and word not in _BRAND_WORDS]
+
+
+def _word_matches(part: str, word: str) -> bool:
+    """'4090' = '4090'; letters begin a word ('sxm' -> 'sxm5', 'ada' -> 'ada'); a size may drop its unit ('80' ->
+    '80gb'). A model number is not a prefix of another: 'l40' is not 'l40s', 'mi300' not 'mi300x'."""
+    return part == word or (part.isalpha() and word.startswith(part)) or (part.isdigit() and word == part + "gb")
+
+
+def match_gpu(text: str, catalog: tuple[GpuSpec, ...] | None = None) -> GpuSpec | NA:
+    """The row a person means by `text` ('4090', 'a100 80gb sxm', 'NVIDIA B200'), or NA naming the close ones.
+
+    In order: a row's exact name; a device name `find_gpu` resolves; the one row whose name holds every word of
+    `text` (`_word_matches`; brand words like NVIDIA and GeForce dropped). Several
+    such rows are NA listing them; none is NA listing the closest names (difflib) or, with none close, all.
+    """
+    rows = load_catalog() if catalog is None else catalog
+    exact = [spec for spec in rows if spec.name.lower() == " ".join(text.lower().split())]
+    if exact:
+        return exact[0]
+    found = find_gpu(text, rows)
+    if not isinstance(found, NA):
+        return found
+    wanted = _words(text)
+    if wanted:
+        holding = [spec for spec in rows if all(any(_word_matches(part, word) for word in _words(spec.name))
+                                                for part in wanted)]
+        if len(holding) == 1:
+            return holding[0]
+        if holding:
+            return NA(f"{text!r} matches {len(holding)} catalog GPUs: {'; '.join(s.name for s in holding)}; "
+                      f"give more of the name")
+    names = [spec.name for spec in rows]
+    close = difflib.get_close_matches(text, names, n=4, cutoff=0.3) or difflib.get_close_matches(
+        " ".join(wanted), [" ".join(_words(name)) for name in names], n=4, cutoff=0.3)
+    close = [name for name in names if name in close or " ".join(_words(name)) in close]
+    shown = "close names: " + "; ".join(close) if close else "the catalog holds: " + "; ".join(names)
+    return NA(f"{text!r} is not a GPU in the catalog (hardware/gpus.json); {shown}")
 
 
 def peak_tflops(spec: GpuSpec | NA, precision: str) -> float | NA:

@@ -1,4 +1,8 @@
-"""The host CPU: model, core counts, SIMD flags and clocks, read from /proc/cpuinfo, cpufreq in /sys and psutil.
+"""The host CPU: model, identity, core counts, SIMD flags and clocks, from /proc/cpuinfo, cpufreq in /sys and psutil.
+
+The identity is what the microarchitecture table (`cpu_table.py`, hardware/cpus.json) is keyed on: on x86 the
+`vendor_id`, `cpu family` and `model` lines (decimal, as Linux prints them); on Arm the `CPU implementer` (hex, as
+in "0x41"), `CPU architecture` and `CPU part` (hex, parsed to an integer) lines, put in the same three fields.
 
 `probe_cpu()` returns a frozen `CpuInfo`; a reading that cannot be taken is `NA(reason)`. Nothing here prints
 or raises. `probe.py` puts it together with the rest of the machine.
@@ -23,7 +27,10 @@ SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
 
 @dataclass(frozen=True)
 class CpuInfo:
-    model: str | NA
+    model: str | NA  # the model name, e.g. "AMD EPYC 9654 96-Core Processor"
+    vendor: str | NA  # x86 vendor_id ("GenuineIntel", "AuthenticAMD"); Arm: "CPU implementer" ("0x41")
+    family: int | NA  # x86 "cpu family" (6, 25, 26); Arm: "CPU architecture" (8)
+    model_number: int | NA  # x86 "model" (143, 17); Arm: "CPU part" (0xd40 = 3392)
     physical_cores: int | NA
     logical_cores: int | NA
     usable_cores: int | NA  # logical cores this process may run on (affinity; containers restrict it)
@@ -46,6 +53,32 @@ def _cpuinfo_value(text: str, keys: tuple[str, ...]) -> str | None:
         if key.strip() in keys:
             return value.strip()
     return None
+
+
+def _integer(text: str | None) -> int | None:
+    """'17' -> 17, '0xd40' -> 3392, anything else -> None."""
+    try:
+        return int(text, 0) if text is not None else None
+    except ValueError:
+        return None
+
+
+def parse_cpu_identity(text: str) -> tuple[str | NA, int | NA, int | NA]:
+    """(vendor, family, model number) of the first processor in /proc/cpuinfo text, x86 or Arm (see above)."""
+    vendor = _cpuinfo_value(text, ("vendor_id",))
+    if vendor is not None:
+        keys = (("cpu family",), ("model",))
+    else:
+        vendor = _cpuinfo_value(text, ("CPU implementer",))
+        keys = (("CPU architecture",), ("CPU part",))
+    if vendor is None:
+        missing = NA("no 'vendor_id' (x86) or 'CPU implementer' (Arm) line in /proc/cpuinfo")
+        return missing, missing, missing
+    found = []
+    for key in keys:
+        value = _integer(_cpuinfo_value(text, key))
+        found.append(NA(f"no integer '{key[0]}' line in /proc/cpuinfo") if value is None else value)
+    return vendor, found[0], found[1]
 
 
 def parse_cpu_flags(text: str) -> tuple[str, ...] | NA:
@@ -86,8 +119,10 @@ def probe_cpu(cpuinfo_text: str | None = None) -> CpuInfo:
     if is_na(cpuinfo_text):
         flags: tuple[str, ...] | NA = cpuinfo_text
         model_text = platform.processor() or None
+        vendor, family, model_number = cpuinfo_text, cpuinfo_text, cpuinfo_text
     else:
         flags = parse_cpu_flags(cpuinfo_text)
+        vendor, family, model_number = parse_cpu_identity(cpuinfo_text)
         model_text = _cpuinfo_value(cpuinfo_text, ("model name",)) or platform.processor() or None
     model: str | NA = model_text or NA("no 'model name' in /proc/cpuinfo and platform.processor() is empty")
     if is_na(flags) and platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
@@ -95,7 +130,7 @@ def probe_cpu(cpuinfo_text: str | None = None) -> CpuInfo:
     simd = {name: flags if is_na(flags) else name in flags for name in SIMD_FLAGS}
     maximum, base, current = _clocks(model)
     return CpuInfo(
-        model=model,
+        model=model, vendor=vendor, family=family, model_number=model_number,
         physical_cores=psutil.cpu_count(logical=False) or NA("psutil cannot count physical cores here"),
         logical_cores=os.cpu_count() or NA("os.cpu_count() returned None"),
         usable_cores=attempt("os.sched_getaffinity", lambda: len(os.sched_getaffinity(0))),

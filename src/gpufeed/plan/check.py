@@ -19,10 +19,16 @@ from collections.abc import Callable
 
 import torch
 
+from gpufeed.bench.tf32 import tf32_flags
+from gpufeed.hardware.catalog import find_gpu
 from gpufeed.hardware.na import NA, is_na
 from gpufeed.measure.quiet import without_kineto_noise
+from gpufeed.plan.compute import efficiency_of
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory
+from gpufeed.plan.rank import planned_precision
+from gpufeed.plan.roofline import step_time
 from gpufeed.plan.run import Plan, model_factory, trace_options
+from gpufeed.plan.traffic import trace_traffic
 from gpufeed.train.step import Precision, TrainStep, make_optimizer, prepare_model, random_batch
 
 STEP_MARK = "gpufeed check step {}"
@@ -62,6 +68,23 @@ def profiled_cpu_peak(run: Callable[[], None], marks: set[str]) -> int | NA:
     return peak
 
 
+def _planned_step(plan: Plan, device: torch.device) -> str:
+    """', planned X ms (band) for <card>' when this device is a catalog GPU, else ''."""
+    spec = find_gpu(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
+    if spec is None or is_na(spec):
+        return ""
+    request = plan.request
+    precision, _ = planned_precision(spec, request.precision)
+    traffic = trace_traffic(model_factory(request.model, request.input_shape, request.num_classes),
+                            request.input_shape, request.batch_size, request.num_classes, precision,
+                            request.optimizer, **trace_options(request, precision))
+    planned = step_time(traffic, spec, efficiency_of(plan.compute), request.grad_accumulation)
+    if is_na(planned):
+        return f"; not planned for {spec.name} ({planned.reason})"
+    return (f"; planned {planned.seconds * 1e3:,.1f} ms ({planned.seconds_fast * 1e3:,.1f}-"
+            f"{planned.seconds_slow * 1e3:,.1f}) for {spec.name} in {precision}")
+
+
 def check_plan(plan: Plan, steps: int = 3) -> dict:
     """Predicted against measured peak memory and step time on the device present (CUDA, else the CPU)."""
     from torch.profiler import record_function
@@ -93,7 +116,8 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
 
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-        run_steps()
+        with tf32_flags(device, request.precision):
+            run_steps()
         measured = torch.cuda.max_memory_allocated(device)
         predicted = plan.memory.peak_bytes - CUDA_CONTEXT_BYTES  # the allocator counts its rounding, not the context
         how = "torch.cuda.max_memory_allocated (without the CUDA context)"
@@ -106,7 +130,8 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
         else:
             timed_under_profiler = True
         predicted = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
-                                    optimizer=request.optimizer, precision=request.precision, device_type="cpu",
+                                    optimizer=request.optimizer, device_type="cpu",
+                                    precision="fp32" if request.precision == "tf32" else request.precision,
                                     grad_accumulation=accumulation, **options).peak_bytes
         how = ("the CPU allocator's live total under torch.profiler(profile_memory=True), steps 2 on, against the "
                "plan traced for the CPU (no CUDA context)")
@@ -120,6 +145,6 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
                    f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, {how}")
     lines = [memory_line,
              f"step time on {device}: {step_s * 1e3:,.1f} ms measured{timing_note} (median of {steps}), "
-             f"{request.batch_size * accumulation / step_s:,.0f} samples/s"]
+             f"{request.batch_size * accumulation / step_s:,.0f} samples/s{_planned_step(plan, device)}"]
     return {"device": str(device), "predicted_peak_bytes": predicted, "measured_peak_bytes": measured,
             "error_fraction": error, "measured_step_s": step_s, "method": how, "lines": lines}

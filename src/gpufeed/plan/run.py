@@ -13,14 +13,17 @@ import torch
 from torch import nn
 
 from gpufeed.errors import ConfigError
-from gpufeed.hardware.catalog import find_gpu, load_catalog, peak_tflops
+from gpufeed.hardware.catalog import find_gpu, load_catalog, match_gpu
 from gpufeed.hardware.na import is_na
-from gpufeed.plan.compute import ComputeEstimate, calibrate_mfu, estimate_compute, samples_per_second
+from gpufeed.plan.compute import ComputeEstimate, calibrate_efficiency, efficiency_of, estimate_compute
+from gpufeed.plan.hosts import system_to_buy
 from gpufeed.plan.memory import MemoryEstimate, estimate_memory, max_batch_size
-from gpufeed.plan.rank import GpuOption, rank_gpus, recommend
+from gpufeed.plan.rank import GpuOption, PrecisionPlan, best_to_buy, planned_precision, rank_gpus, recommend
+from gpufeed.plan.roofline import Efficiency, step_time
 from gpufeed.plan.system import HostPlan, plan_host
+from gpufeed.plan.traffic import PLAN_PRECISIONS, trace_traffic
 from gpufeed.train.models import MODELS, build_model
-from gpufeed.train.step import OPTIMIZERS, TRAIN_PRECISIONS
+from gpufeed.train.step import OPTIMIZERS
 
 
 @dataclass(frozen=True)
@@ -37,14 +40,17 @@ class PlanRequest:
     target_hours: float | None = None
     bytes_per_sample: int | None = None  # stored (uint8) bytes; default: the input's element count
     cache_dataset: bool = True
-    host_gpu: str | None = None  # plan the host around this catalog GPU (default: the top-ranked that fits)
+    host_gpu: str | None = None  # plan the host around this catalog GPU (default: the best value to buy)
     grad_accumulation: int = 1  # micro-batches of batch_size per optimizer step
+    source_bytes: int | None = None  # the files the dataset is packed from (default: as large as the dataset)
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
             raise ConfigError(f"unknown optimizer {self.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-        if self.precision not in TRAIN_PRECISIONS:
-            raise ConfigError(f"unknown precision {self.precision!r}; choose one of {', '.join(TRAIN_PRECISIONS)}")
+        if self.precision not in PLAN_PRECISIONS:
+            raise ConfigError(f"unknown precision {self.precision!r}; choose one of {', '.join(PLAN_PRECISIONS)}")
+        if self.source_bytes is not None and self.source_bytes < 0:
+            raise ConfigError(f"--source-gib must not be negative, got {self.source_bytes / 2**30:g}")
         for name in ("batch_size", "dataset_size", "epochs", "gpus", "num_classes", "grad_accumulation"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
@@ -110,19 +116,47 @@ def model_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> 
     return build
 
 
-def _calibration(factory, request: PlanRequest, unmeasured: list[str]):
-    """MFU measured on this machine's GPU when there is one (and it is in the catalog), else None (default)."""
+def _calibration(factory, request: PlanRequest, plan_for, unmeasured: list[str]) -> Efficiency | None:
+    """Efficiencies scaled to a step measured on this machine's GPU when there is one in the catalog, else None
+    (the default)."""
     if not torch.cuda.is_available():
-        unmeasured.append("model-FLOPs utilisation: no GPU here to measure it on; the stated default is used")
+        unmeasured.append("efficiencies: no GPU here to measure a step on; the fitted default is used")
         return None
-    name = torch.cuda.get_device_name()
-    peak = peak_tflops(find_gpu(name), request.precision)
-    if is_na(peak):
-        unmeasured.append(f"model-FLOPs utilisation: {peak.reason}; the stated default is used")
+    spec = find_gpu(torch.cuda.get_device_name())
+    if is_na(spec):
+        unmeasured.append(f"efficiencies: {spec.reason}; the fitted default is used")
         return None
-    return calibrate_mfu(factory(), request.input_shape, request.batch_size, request.num_classes,
-                         torch.device("cuda"), request.precision, peak, optimizer=request.optimizer,
-                         channels_last=bool(trace_options(request).get("channels_last")))
+    precision, _ = planned_precision(spec, request.precision)
+    return calibrate_efficiency(factory(), request.input_shape, request.batch_size, request.num_classes,
+                                torch.device("cuda"), precision, spec, plan_for(precision).traffic,
+                                optimizer=request.optimizer,
+                                channels_last=bool(trace_options(request, precision).get("channels_last")))
+
+
+def _plans(factory, request: PlanRequest):
+    """plan_for(precision): memory, traffic and the largest batch per capacity in that precision, each traced
+    once (tf32 has fp32's memory)."""
+    made: dict[str, PrecisionPlan] = {}
+
+    def plan_for(precision: str) -> PrecisionPlan:
+        if precision not in made:
+            trace = trace_options(request, precision)
+            memory_precision = "fp32" if precision == "tf32" else precision
+            memory = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
+                                     optimizer=request.optimizer, precision=memory_precision, device_type="cuda",
+                                     grad_accumulation=request.grad_accumulation, **trace)
+            traffic = trace_traffic(factory, request.input_shape, request.batch_size, request.num_classes,
+                                    precision, request.optimizer, **trace)
+
+            def max_batch_for(capacity_bytes: int) -> int:
+                return max_batch_size(factory, request.input_shape, request.num_classes, capacity_bytes,
+                                      request.optimizer, memory_precision,
+                                      grad_accumulation=request.grad_accumulation, **trace)
+
+            made[precision] = PrecisionPlan(memory, traffic, max_batch_for)
+        return made[precision]
+
+    return plan_for
 
 
 def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
@@ -130,49 +164,50 @@ def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
     factory = model_factory(request.model, request.input_shape, request.num_classes)
     model = factory()
     params = sum(parameter.numel() for parameter in model.parameters())
-    trace = trace_options(request)
-    memory = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
-                             optimizer=request.optimizer, precision=request.precision, device_type="cuda",
-                             grad_accumulation=request.grad_accumulation, **trace)
-    mfu = _calibration(factory, request, unmeasured) if calibrate else None
+    plan_for = _plans(factory, request)
+    asked = plan_for(request.precision)
+    efficiency = _calibration(factory, request, plan_for, unmeasured) if calibrate else None
     compute = estimate_compute(model, request.input_shape, request.batch_size, request.num_classes,
-                               request.dataset_size, request.epochs, mfu=mfu,
-                               grad_accumulation=request.grad_accumulation)
+                               request.dataset_size, request.epochs, asked.traffic, efficiency,
+                               request.grad_accumulation)
     catalog = load_catalog()
-
-    def max_batch_for(capacity_bytes: int) -> int:
-        return max_batch_size(factory, request.input_shape, request.num_classes, capacity_bytes,
-                              request.optimizer, request.precision, grad_accumulation=request.grad_accumulation,
-                              **trace)
-
-    options = rank_gpus(catalog, memory, compute, request.precision, request.gpus, max_batch_for)
+    options = rank_gpus(catalog, plan_for, compute, request.precision, request.gpus, request.grad_accumulation)
     host_spec = _host_spec(request, options, catalog)
-    peak = peak_tflops(host_spec, request.precision)
-    rate = samples_per_second(peak, compute, request.gpus) if not is_na(peak) else 0.0
+    planned, _ = planned_precision(host_spec, request.precision)
+    step = step_time(plan_for(planned).traffic, host_spec, efficiency_of(compute), request.grad_accumulation)
+    rate = 0.0 if is_na(step) else request.batch_size * request.grad_accumulation / step.seconds_fast
     bytes_per_sample = request.bytes_per_sample or int(torch.Size(request.input_shape).numel())
-    host = plan_host(host_spec, request.gpus, request.dataset_size * bytes_per_sample, request.cache_dataset, params,
-                     request.optimizer, rate, bytes_per_sample)
-    return Plan(request=request, params=params, memory=memory, flops_per_step=compute.flops_per_step, compute=compute,
-                host=host, host_gpu=host_spec.name, gpus=options, recommendation=recommend(options,
-                                                                                           request.target_hours),
-                unmeasured=unmeasured)
+    dataset_bytes = request.dataset_size * bytes_per_sample
+    source = dataset_bytes if request.source_bytes is None else request.source_bytes
+    host = plan_host(host_spec, system_to_buy(host_spec, request.gpus), dataset_bytes, request.cache_dataset,
+                     params, request.optimizer, rate, bytes_per_sample, source_bytes=source)
+    if request.source_bytes is None:
+        unmeasured.append("source files: not given (--source-gib); the disk counts them as large as the dataset")
+    return Plan(request=request, params=params, memory=asked.memory, flops_per_step=compute.flops_per_step,
+                compute=compute, host=host, host_gpu=host_spec.name, gpus=options,
+                recommendation=recommend(options, request.target_hours), unmeasured=unmeasured)
 
 
-def trace_options(request: PlanRequest) -> dict:
+def trace_options(request: PlanRequest, precision: str | None = None) -> dict:
     """Our own models are planned as `gpufeed train` runs them: channels_last images, bf16 batches under bf16
     (the feed delivers them so); a user's model as a plain loop would feed it."""
     if request.model not in MODELS:
         return {}
-    return {"channels_last": True, "input_dtype": torch.bfloat16 if request.precision == "bf16" else None}
+    precision = precision or request.precision
+    return {"channels_last": True, "input_dtype": torch.bfloat16 if precision == "bf16" else None}
 
 
 def _host_spec(request: PlanRequest, options: list[GpuOption], catalog):
+    """--gpu matched loosely (catalog.match_gpu), else the best value to buy, else the top-ranked that fits."""
     if request.host_gpu:
-        spec = find_gpu(request.host_gpu)
+        spec = match_gpu(request.host_gpu, catalog)
         if is_na(spec):
             raise ConfigError(f"--gpu {request.host_gpu!r}: {spec.reason}")
         return spec
     by_name = {spec.name: spec for spec in catalog}
+    value = best_to_buy(options, request.target_hours) or best_to_buy(options)
+    if value is not None:
+        return by_name[value.name]
     fitting = [option for option in options if option.fits]
     return by_name[(fitting or options)[0].name]
 

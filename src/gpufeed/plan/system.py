@@ -1,7 +1,9 @@
 """The rest of the machine around the GPUs: host RAM, CPU cores, disk, power supply and the PCIe link.
 
-Every figure here is a rule of thumb with its arithmetic in words, not a measurement (except the per-core gather
-rate, which `measure_gather_rate` times on this machine). Sizes are rounded up to what one can buy.
+The machine is the system the GPUs are sold in (hosts.py: a workstation, or a 4- or 8-GPU server), sized for
+all its GPUs. Every figure here is a rule of thumb with its arithmetic in words, not a measurement (except the
+per-core gather rate, which `measure_gather_rate` times on this machine). Sizes are rounded up to what one can
+buy, and given in GiB (2^30 bytes) throughout.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ import numpy as np
 from gpufeed.bench.link import NARROW_THEORETICAL_GB_PER_S, pcie_theoretical_gb_per_s
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import GpuSpec
+from gpufeed.plan.hosts import BoughtSystem, server_power
 
 GIB = 1 << 30
-# Common totals of 2, 4, 8, 12 or 16 DIMMs of 4-128 GB modules, GiB; above the last, whole TiB.
-RAM_SIZES_GIB = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+MIB = 1 << 20
+# Common totals of 1-16 DIMMs of 8-128 GB modules (DDR5 also sells 24 and 48 GB ones), GiB; above, whole TiB.
+RAM_SIZES_GIB = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 # ATX power supply sizes sold by the major makers (Corsair, Seasonic, be quiet!), watts; above: two supplies.
 PSU_SIZES_W = (450, 550, 650, 750, 850, 1000, 1200, 1300, 1500, 1600, 2000, 2400)
 PSU_HEADROOM = 0.25  # supplies run most efficiently near half to 80% load, and GPUs spike above TDP for ms
@@ -37,7 +41,12 @@ DESKTOP_CPU_GPU_LANES = 16  # lanes a desktop CPU gives its x16 slot(s): x16 for
 
 @dataclass(frozen=True)
 class HostPlan:
-    """What the host needs around the GPUs. Bytes are bytes, rates per second; each `*_reason` shows the rule."""
+    """What one system needs around its GPUs. Bytes are bytes, rates per second; each `*_reason` shows the rule.
+
+    ram_bytes and ram_minimum_bytes are the requirement (twice, and once, the GPUs' memory); ram_cache_bytes is
+    a choice apart from it: enough to also keep the dataset in the page cache, and ram_cache_reason says what
+    that buys. system: what is bought, in words; system_gpus: GPUs in one system; systems: how many systems.
+    """
 
     ram_bytes: int
     ram_minimum_bytes: int
@@ -50,6 +59,12 @@ class HostPlan:
     psu_watts: int
     psu_arithmetic: str
     link_notes: tuple[str, ...]
+    ram_cache_bytes: int = 0
+    ram_cache_reason: str = ""
+    system: str = ""
+    system_gpus: int = 1
+    systems: int = 1
+    reference_system: str | None = None
 
 
 def _round_ram(size_bytes: float) -> int:
@@ -59,17 +74,26 @@ def _round_ram(size_bytes: float) -> int:
     return math.ceil(size_bytes / (1024 * GIB)) * 1024 * GIB
 
 
-def host_ram(gpu_memory_bytes_total: int, dataset_bytes: int, cache_dataset: bool) -> tuple[int, int, str]:
-    """(ideal, minimum, reason): at least the GPUs' total memory, ideally twice it, plus the dataset when it
-    should stay in the page cache; each rounded up to a size in RAM_SIZES_GIB."""
-    dataset = dataset_bytes if cache_dataset else 0
-    minimum, ideal = _round_ram(gpu_memory_bytes_total + dataset), _round_ram(2 * gpu_memory_bytes_total + dataset)
-    cached = f" + {dataset / GIB:.1f} GiB dataset kept in the page cache" if cache_dataset else ""
-    reason = (f"rule of thumb: at least the GPUs' total memory ({gpu_memory_bytes_total / GIB:.1f} GiB{cached} "
-              f"-> {minimum // GIB} GiB), ideally twice it ({2 * gpu_memory_bytes_total / GIB:.1f} GiB{cached} "
-              f"-> {ideal // GIB} GiB): pinned staging buffers, loader worker copies, checkpoints being written "
+def host_ram(gpu_memory_bytes_total: int) -> tuple[int, int, str]:
+    """(ideal, minimum, reason): at least the GPUs' total memory, ideally twice it, each rounded up to a size in
+    RAM_SIZES_GIB. The dataset is not in it: keeping it in the page cache is a choice (`page_cache_ram`)."""
+    minimum, ideal = _round_ram(gpu_memory_bytes_total), _round_ram(2 * gpu_memory_bytes_total)
+    reason = (f"rule of thumb: at least the GPUs' total memory ({gpu_memory_bytes_total / GIB:.1f} GiB -> "
+              f"{minimum // GIB} GiB), ideally twice it ({2 * gpu_memory_bytes_total / GIB:.1f} GiB -> "
+              f"{ideal // GIB} GiB): pinned staging buffers, loader worker copies, checkpoints being written "
               f"and the framework itself all live in host memory")
     return ideal, minimum, reason
+
+
+def page_cache_ram(ideal_bytes: int, dataset_bytes: int, read_bytes_per_s: float) -> tuple[int, str]:
+    """(bytes, reason): the ideal RAM plus the whole dataset, rounded up, and what it buys: epochs after the
+    first read from RAM instead of the disk at `read_bytes_per_s`."""
+    wanted = _round_ram(ideal_bytes + dataset_bytes)
+    reason = (f"a choice: {ideal_bytes / GIB:,.0f} GiB + the {dataset_bytes / GIB:,.1f} GiB dataset -> "
+              f"{wanted // GIB:,} GiB keeps it in the page cache, so every epoch after the first reads RAM, not "
+              f"the disk; without it the disk must sustain {read_bytes_per_s / MIB:,.0f} MiB/s of random reads "
+              f"every epoch")
+    return wanted, reason
 
 
 def measure_gather_rate(bytes_per_sample: int, batch_size: int = 256, seconds: float = 0.2) -> tuple[float, str]:
@@ -100,18 +124,20 @@ def cpu_cores_needed(samples_per_s_needed: float, per_core_decode_rate: float, r
     return cores, text
 
 
-def disk(dataset_bytes: int, parameters: int, optimizer: str, checkpoints_kept: int = 3) -> tuple[int, str]:
-    """(bytes, arithmetic): the dataset plus `checkpoints_kept` checkpoints and one more being written (saves go
-    to a temporary file, then a rename). A checkpoint holds fp32 weights and the optimizer's fp32 state."""
+def disk(dataset_bytes: int, parameters: int, optimizer: str, checkpoints_kept: int = 3,
+         source_bytes: int = 0) -> tuple[int, str]:
+    """(bytes, arithmetic in GiB): the source files the dataset is packed from, the packed dataset, and
+    `checkpoints_kept` checkpoints plus one being written (saves go to a temporary file, then a rename). A
+    checkpoint holds fp32 weights and the optimizer's fp32 state."""
     if optimizer not in OPTIMIZER_STATE_BYTES:
         raise ConfigError(f"unknown optimizer {optimizer!r}; choose one of {', '.join(OPTIMIZER_STATE_BYTES)}")
     per_parameter = WEIGHT_BYTES + OPTIMIZER_STATE_BYTES[optimizer]
     checkpoint = parameters * per_parameter
-    total = dataset_bytes + (checkpoints_kept + 1) * checkpoint
-    text = (f"dataset {dataset_bytes / 1e9:.2f} GB + ({checkpoints_kept} kept + 1 being written) x checkpoint "
-            f"({parameters:,} parameters x {per_parameter} B: {WEIGHT_BYTES} B fp32 weights + "
-            f"{OPTIMIZER_STATE_BYTES[optimizer]} B {optimizer} state = {checkpoint / 1e9:.3f} GB) = "
-            f"{total / 1e9:.2f} GB")
+    total = source_bytes + dataset_bytes + (checkpoints_kept + 1) * checkpoint
+    text = (f"source files {source_bytes / GIB:,.2f} GiB + packed dataset {dataset_bytes / GIB:,.2f} GiB + "
+            f"({checkpoints_kept} kept + 1 being written) x checkpoint ({parameters:,} parameters x {per_parameter} "
+            f"B: {WEIGHT_BYTES} B fp32 weights + {OPTIMIZER_STATE_BYTES[optimizer]} B {optimizer} state = "
+            f"{checkpoint / GIB:,.3f} GiB) = {total / GIB:,.2f} GiB")
     return total, text
 
 
@@ -168,22 +194,38 @@ def link_notes(gpu_pcie_generation: int | None, lanes: int | None, samples_per_s
     return tuple(notes)
 
 
-def plan_host(spec: GpuSpec, gpus: int, dataset_bytes: int, cache_dataset: bool, parameters: int, optimizer: str,
-              samples_per_s: float, bytes_per_sample: int, per_core_rate: tuple[float, str] | None = None,
-              cpu_tdp_w: float = DEFAULT_CPU_TDP_W, link: tuple[int, int] | None = None) -> HostPlan:
-    """The host around `gpus` cards of `spec` consuming `samples_per_s` in all. `per_core_rate` is (samples/s,
-    where from); None measures the packed gather here. `link` is the host link (generation, lanes) when it is
-    narrower than the card's own, e.g. (3, 4) for a Thunderbolt eGPU."""
-    ram, ram_minimum, ram_reason = host_ram(spec.memory_bytes * gpus, dataset_bytes, cache_dataset)
+def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dataset: bool, parameters: int,
+              optimizer: str, samples_per_s_per_gpu: float, bytes_per_sample: int,
+              per_core_rate: tuple[float, str] | None = None, cpu_tdp_w: float = DEFAULT_CPU_TDP_W,
+              link: tuple[int, int] | None = None, source_bytes: int = 0) -> HostPlan:
+    """One system of `system.gpus_per_system` cards of `spec` (hosts.system_to_buy), each consuming
+    `samples_per_s_per_gpu`. `per_core_rate` is (samples/s, where from); None measures the packed gather here.
+    `link` is the host link (generation, lanes) when it is narrower than the card's own, e.g. (3, 4) for a
+    Thunderbolt eGPU. `source_bytes`: the files the dataset is packed from, kept on the same disk."""
+    gpus = system.gpus_per_system
+    ram, ram_minimum, ram_reason = host_ram(spec.memory_bytes * gpus)
     rate, rate_reason = per_core_rate or measure_gather_rate(bytes_per_sample)
-    cores, cpu_reason = cpu_cores_needed(samples_per_s, rate, rate_reason, gpus)
-    disk_bytes, disk_reason = disk(dataset_bytes, parameters, optimizer)
-    watts, arithmetic = psu_watts([spec.tdp_w] * gpus, cpu_tdp_w)
+    feed_rate = samples_per_s_per_gpu * gpus
+    cores, cpu_reason = cpu_cores_needed(feed_rate, rate, rate_reason, gpus)
+    disk_bytes, disk_reason = disk(dataset_bytes, parameters, optimizer, source_bytes=source_bytes)
+    read_rate = feed_rate * bytes_per_sample
+    cache_bytes, cache_reason = page_cache_ram(ram, dataset_bytes, read_rate)
+    reference = None
+    if system.kind == "server":
+        watts, arithmetic = server_power(spec.tdp_w, gpus, spec)
+        if spec.reference_system and gpus == 8:
+            reference = (f"{spec.reference_system}: {spec.reference_system_power_w:,.0f} W at most, "
+                         f"{spec.reference_system_ram_bytes / GIB:,.0f} GiB RAM ({spec.reference_system_source})")
+            ram_reason += f"; {spec.reference_system} ships {spec.reference_system_ram_bytes / GIB:,.0f} GiB"
+    else:
+        watts, arithmetic = psu_watts([spec.tdp_w] * gpus, cpu_tdp_w)
     generation, lanes = link or (spec.pcie_generation, spec.pcie_lanes)
-    read_rate = samples_per_s * bytes_per_sample
-    disk_reason += (f"; reads {read_rate / 1e6:,.0f} MB/s while the data is not in the page cache"
-                    + (" (the first epoch only: RAM holds it after)" if cache_dataset else ""))
+    disk_reason += (f"; reads {read_rate / MIB:,.0f} MiB/s while the data is not in the page cache"
+                    + (" (the first epoch only, with the RAM to cache it)" if cache_dataset else ""))
+    notes = link_notes(generation, lanes, samples_per_s_per_gpu, bytes_per_sample,
+                       gpus if system.kind == "workstation" else 1)
     return HostPlan(ram_bytes=ram, ram_minimum_bytes=ram_minimum, ram_reason=ram_reason, cpu_cores=cores,
                     cpu_reason=cpu_reason, disk_bytes=disk_bytes, disk_reason=disk_reason,
-                    disk_read_bytes_per_s=read_rate, psu_watts=watts, psu_arithmetic=arithmetic,
-                    link_notes=link_notes(generation, lanes, samples_per_s / gpus, bytes_per_sample, gpus))
+                    disk_read_bytes_per_s=read_rate, psu_watts=watts, psu_arithmetic=arithmetic, link_notes=notes,
+                    ram_cache_bytes=cache_bytes, ram_cache_reason=cache_reason, system=system.text,
+                    system_gpus=gpus, systems=system.systems, reference_system=reference)

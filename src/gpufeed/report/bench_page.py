@@ -1,6 +1,7 @@
 """The page of `gpufeed bench`: a pure function of its saved JSON document (bench/results.py names every key).
 
-Reading order: the summary sentences, matrix-product TFLOP/s against size (with where a GPU overtakes the CPU),
+Reading order: the summary sentences, whether the machine was busy, with no GPU the planner's estimate of the CNN
+step on the catalog's GPUs, matrix-product TFLOP/s against size (with where a GPU overtakes the CPU),
 the share of each peak and how each peak was derived, the convolution, training-step speed-ups over the CPU in
 fp32, the host-device link against its theoretical rate, the short trainings per precision, what was not measured.
 """
@@ -23,6 +24,8 @@ def bench_page(document: dict) -> Page:
     page.paragraph(f"Devices: {', '.join(devices)}; precisions asked: {', '.join(settings['precisions'])}; "
                    f"{'quick' if settings.get('quick') else 'full'} sweep. Times are medians of the runs each "
                    f"table states; TFLOP/s = 10^12 floating-point operations per second, a multiply-add counted as 2.")
+    _conditions(page, document.get("machine_busy"))
+    _gpu_estimate_section(page, document.get("gpu_estimate"))
     kernels = document.get("kernels") or []
     _matmul_section(page, [k for k in kernels if k["op"] == "matmul"])
     _peak_section(page, document, [k for k in kernels if k["op"] == "matmul"])
@@ -36,6 +39,40 @@ def bench_page(document: dict) -> Page:
     page.heading("Not measured")
     page.bullets(document.get("unmeasured") or ["everything asked for was measured"])
     return page
+
+
+def _conditions(page: Page, busy: dict | None) -> None:
+    """The busy-machine readings (documents before they were taken have none)."""
+    if not busy:
+        return
+    steal = "n/a" if busy.get("steal_share") is None else percent(busy["steal_share"], 1)
+    spread = "none over 1 ms" if busy.get("worst_spread") is None else (
+        f"{busy['worst_spread']:.1f}x ({busy.get('worst_spread_measurement')})")
+    verdict = "Figures unreliable: " + "; ".join(busy["reasons"]) + "." if busy.get("busy") else "Machine quiet."
+    page.paragraph(f"{verdict} Over the bench's {busy['window_s']:.0f} s: other processes used "
+                   f"{percent(busy['other_processes_cpu_share'], 0)} of {busy['usable_cores']} usable cores, steal "
+                   f"{steal}, worst spread of repeats {spread}.")
+
+
+def speedup(value: float) -> str:
+    """A speed-up without an exponent: 24940.7 -> '24,941×', 42.25 -> '42.2×'."""
+    return f"{value:,.0f}×" if value >= 100 else factor(value)
+
+
+def _gpu_estimate_section(page: Page, answer: dict | None) -> None:
+    if not answer:
+        return
+    page.heading("Would a GPU help?")
+    rows = [(f"this CPU ({answer['cpu_precision']}, measured)", milliseconds(answer["cpu_step_s"]), "", "1", "")]
+    rows += [(e["gpu"], milliseconds(e["step_s"]), f"{milliseconds(e['step_s_low'])}-{milliseconds(e['step_s_high'])}",
+              speedup(e["speedup"]), f"{speedup(e['speedup_low'])}-{speedup(e['speedup_high'])}")
+             for e in answer["estimates"]]
+    page.table(["device", "step ms", "band ms", "speed-up", "band"], rows,
+               caption=f"The {answer['model']} training step at batch {answer['batch_size']}: measured on this CPU, "
+                       f"estimated by gpufeed plan's roofline on the fastest catalog GPUs and the fastest consumer "
+                       f"card ({answer['flops_per_step'] / 1e9:.1f} GFLOPs and {answer['bytes_per_step'] / 1e9:.2f} "
+                       f"GB a step in {answer['gpu_precision']}; {answer['efficiency_source']}). A step under a "
+                       f"millisecond also waits on kernel launches, which the roofline leaves out.")
 
 
 def matrix_size(size: str) -> int:

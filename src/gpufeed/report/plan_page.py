@@ -3,7 +3,8 @@
 
 Reading order: the recommendation, the request, the device memory of one step and which GPUs hold it, time and
 cost per GPU in the document's ranking, the compute behind the times, the host to build, the check, what was not
-measured.
+measured. Documents from before the roofline planner (compute with `mfu`, no per-GPU `precision`, host without
+`system`) render with what they hold.
 """
 
 from __future__ import annotations
@@ -111,14 +112,18 @@ def _gpu_section(page: Page, document: dict) -> None:
     panels[0].set_yticks(range(len(gpus)), [chart_text(gpu["name"]) for gpu in gpus], fontsize=8)
     for panel in panels[1:]:
         panel.set_yticks(range(len(gpus)), [""] * len(gpus))
+    timed = ("hours at the planned model-FLOPs utilisation (bars: the utilisation band)" if "mfu" in
+             document["compute"] else "hours from the roofline of the step (bars: the efficiency band)")
     page.chart(figure, f"For the whole run ({request['epochs']} epochs of {request['dataset_size']:,} samples) on "
-                       f"{cards}, in the document's ranking: hours at the planned model-FLOPs utilisation (bars: the "
-                       f"utilisation band), on-demand rent in USD for those hours, and list price in USD to buy; "
+                       f"{cards}, in the document's ranking: {timed}, on-demand rent in USD for those hours, and "
+                       f"list price in USD to buy (of the GPUs as sold); "
                        f"each axis logarithmic where its values span more than a factor of 10 (hollow: the step "
                        f"does not fit; n/a: not in the catalog).")
-    page.table(["rank", "GPU", "memory", "fits", "max batch", "hours", "hours band", "rent USD", "buy USD",
-                "price date", "energy kWh"], [_gpu_row(index, gpu) for index, gpu in enumerate(gpus, 1)],
-               caption="Every catalog GPU as ranked; energy: the card's TDP for the whole run")
+    page.table(["rank", "GPU", "memory", "fits", "max batch", "precision", "samples/s", "hours", "hours band",
+                "rent USD/h", "rent USD per job", "buy USD (GPUs)", "price date", "energy kWh"],
+               [_gpu_row(index, gpu) for index, gpu in enumerate(gpus, 1)],
+               caption="Every catalog GPU as ranked; rent per GPU-hour for the cards of the run, buy as sold; "
+                       "energy: the card's TDP for the whole run")
     page.bullets(gpu["notes"] if gpu["notes"].startswith(gpu["name"]) or f"{gpu['name']}:" in gpu["notes"]
                  else f"{gpu['name']}: {gpu['notes']}" for gpu in gpus if gpu.get("notes"))
 
@@ -156,9 +161,14 @@ def _gpu_row(rank: int, gpu: dict) -> list:
         return "n/a" if gpu[key] is None else format(gpu[key], spec)
 
     band = "n/a" if gpu["hours_low"] is None else f"{gpu['hours_low']:.3g}-{gpu['hours_high']:.3g}"
+    buy = shown("cost_buy_usd", ",.0f")
+    if gpu.get("buy_gpus") and gpu["cost_buy_usd"] is not None:
+        buy += f" ({gpu['buy_gpus']})"
+    per_hour = "n/a" if gpu.get("rent_usd_per_hour") is None else f"{gpu['rent_usd_per_hour']:,.2f}"
+    samples = "n/a" if gpu.get("samples_per_s") is None else f"{gpu['samples_per_s']:,.0f}"
     return [rank, gpu["name"], f"{gpu['memory_bytes'] / 2**30:,.0f} GiB", gpu["fits"], gpu["max_batch_size"],
-            shown("hours", ".3g"), band, shown("cost_rent_usd", ",.2f"), shown("cost_buy_usd", ",.0f"),
-            shown("price_date", ""), shown("energy_kwh", ".3g")]
+            gpu.get("precision") or "n/a", samples, shown("hours", ".3g"), band, per_hour,
+            shown("cost_rent_usd", ",.2f"), buy, shown("price_date", ""), shown("energy_kwh", ".3g")]
 
 
 def scientific(value: float) -> str:
@@ -176,23 +186,44 @@ def _compute_section(page: Page, document: dict) -> None:
         ("FLOPs per sample", scientific(compute["flops_per_sample"])),
         ("steps per epoch", f"{compute['steps_per_epoch']:,}"),
         ("steps in the run", f"{compute['total_steps']:,}"),
-        ("model-FLOPs utilisation (band)", f"{percent(compute['mfu'])} ({percent(compute['mfu_low'])}-"
-                                           f"{percent(compute['mfu_high'])})"),
-        ("where the utilisation comes from", compute["mfu_source"])])
+        *_time_rows(compute)])
+
+
+def _time_rows(compute: dict) -> list[tuple[str, str]]:
+    """How the times were reached: the roofline's bytes and efficiencies, or an older document's MFU."""
+    if "mfu" in compute:
+        return [("model-FLOPs utilisation (band)", f"{percent(compute['mfu'])} ({percent(compute['mfu_low'])}-"
+                                                   f"{percent(compute['mfu_high'])})"),
+                ("where the utilisation comes from", compute["mfu_source"])]
+    return [("bytes moved per step (operators' inputs and outputs)", size_text(compute["bytes_per_step"])),
+            ("efficiency: compute, memory (band)", f"{percent(compute['compute_efficiency'])}, "
+                                                   f"{percent(compute['memory_efficiency'])} (x"
+                                                   f"{compute['efficiency_low']:.2f}-x"
+                                                   f"{compute['efficiency_high']:.2f})"),
+            ("where the efficiencies come from", compute["efficiency_source"]),
+            ("how the step was traced", compute["method"])]
 
 
 def _host_section(page: Page, document: dict) -> None:
     host = document["host"]
     page.heading("Host")
-    page.paragraph(f"What the machine around {document['request']['gpus']} x {document['host_gpu']} needs.")
-    page.table(["need", "value", "how it was reached"], [
-        ("RAM", f"{gibibytes(host['ram_bytes'])} (at least {gibibytes(host['ram_minimum_bytes'])})",
-         host["ram_reason"]),
-        ("CPU cores", host["cpu_cores"], host["cpu_reason"]),
-        ("disk", f"{host['disk_bytes'] / 1e9:,.1f} GB", host["disk_reason"]),
-        ("disk reads", f"{number(host['disk_read_bytes_per_s'] / 1e6)} MB/s", "while the data is not in the "
-                                                                               "page cache (see disk)"),
-        ("power supply", f"{host['psu_watts']:,} W", host["psu_arithmetic"])])
+    if host.get("system"):
+        page.paragraph(f"The machine to buy around {document['host_gpu']}: {host['system']}.")
+    else:
+        page.paragraph(f"What the machine around {document['request']['gpus']} x {document['host_gpu']} needs.")
+    rows = [("RAM", f"{gibibytes(host['ram_bytes'])} (at least {gibibytes(host['ram_minimum_bytes'])})",
+             host["ram_reason"])]
+    if host.get("ram_cache_bytes"):
+        rows.append(("RAM to keep the dataset cached (a choice)", gibibytes(host["ram_cache_bytes"]),
+                     host["ram_cache_reason"]))
+    rows += [("CPU cores", host["cpu_cores"], host["cpu_reason"]),
+             ("disk", gibibytes(host["disk_bytes"]), host["disk_reason"]),
+             ("disk reads", f"{number(host['disk_read_bytes_per_s'] / 2**20)} MiB/s", "while the data is not in "
+                                                                                     "the page cache (see disk)"),
+             ("power supply", f"{host['psu_watts']:,} W", host["psu_arithmetic"])]
+    if host.get("reference_system"):
+        rows.append(("reference system", "", host["reference_system"]))
+    page.table(["need", "value", "how it was reached"], rows)
     page.bullets(host.get("link_notes") or [])
 
 

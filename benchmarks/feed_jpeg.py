@@ -1,0 +1,327 @@
+"""Feed benchmark at real resolution: photographs decoded, cropped and resized into float batches, in one run.
+
+    python benchmarks/feed_jpeg.py [--count 5000] [--batch-size 256] [--epochs 2] [--repeats 3]
+                                   [--ffcv-python /tmp/ffcv-venv/bin/python]
+
+The photographs: scikit-image's wheel ships nine colour photographs in `skimage/data` (astronaut, chelsea,
+coffee, hubble_deep_field, ihc, motorcycle_left, motorcycle_right, retina, rocket; 300 x 451 to 1411 x 1411 px).
+At benchmark time (never when the library runs) `pip download scikit-image --no-deps` fetches that wheel from
+PyPI into a temporary folder, and `--count` crops are cut from the photos: each side drawn from a triangular
+distribution on 250..450 px (mode 250, so the mean is about 315; capped at the photo's side), the region
+taken at a random scale between "just fits" and 1 and resized to that size with LANCZOS, saved as JPEG
+quality 90 (Pillow, 4:2:0), one class subfolder per photo. With the default seed: mean 314 x 314 px, 29 KB, as in the
+issue's anchor (314 x 311 px, about 29 KB). Everything is written under one temporary folder, removed at the end.
+
+Every pipeline gives batches of `--batch-size` RandomResizedCrop 224 (torchvision's rule: scale 0.08-1,
+ratio 3/4-4/3) + horizontal flip, as normalised float32 (B, 3, 224, 224):
+(a) a standard DataLoader, 2 workers: per sample PIL open + decode + crop box resize (BILINEAR) + flip,
+    float conversion and normalisation (the box from `gpufeed.data.crops`, drawn per sample);
+(b) `Feed(device="cpu", augment="random-resized-crop", image_size=224)`, 2 staging threads, from the folder
+    packed with `gpufeed.pack(..., max_side=256, encoding="jpeg", quality=90)`, and from the same packed raw;
+(c) the staging rate alone, the CPU's share on a GPU machine: `Feed.stage_batch`, the GPU path's staging,
+    into ring slots on the CPU (uint8 crops, decoded and resized here, labels and flip coins; no float
+    conversion); and the JPEG files of each batch gathered as compressed bytes into a slot with their crop
+    boxes, which is all a path that decodes on the GPU leaves to the CPU;
+(d) FFCV, where `--ffcv-python` names a Python with ffcv installed: its ImageNet recipe (JPEG at max side 256,
+    quality 90, `RandomResizedCropRGBImageDecoder`, flip, `NormalizeImage` to float32), 2 workers, run as a
+    subprocess (`feed_jpeg_ffcv.py`) after the others, on the same folder.
+Prints img/s (median, min-max over the repeats), each ratio to (a), the packed file sizes, and each target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import io
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import simplejpeg
+import torch
+from PIL import Image
+
+from gpufeed.data import crops
+from gpufeed.data.augment import to_float
+from gpufeed.data.feed import Feed
+from gpufeed.data.pack import pack
+from gpufeed.data.reader import open_packed
+from gpufeed.data.resize import CropResizer, resize_into
+from gpufeed.data.staging import OutputPool, SlotPool, Staging
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from feed import rate, staging_only  # noqa: E402
+
+PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "hubble_deep_field.jpg", "ihc.png", "motorcycle_left.png",
+          "motorcycle_right.png", "retina.jpg", "rocket.jpg")
+SIDES = (250, 450)  # triangular, mode at the low end
+IMAGE_SIZE = 224
+MAX_SIDE, QUALITY = 256, 90  # FFCV's ImageNet recipe: JPEG at max side 256, quality 90
+WORKERS = 2
+TARGETS = {"jpeg_ratio": 4.3, "staging": 30_000, "file_ratio": 1.1}
+ANCHOR = {"dataloader": 926, "ffcv": 3100, "ffcv_mib": 88}  # the issue's figures on a 2-core machine of this kind
+
+
+def fetch_photos(folder: Path) -> list[Image.Image]:
+    """The colour photographs in scikit-image's wheel, downloaded with pip into `folder`."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
+                    "scikit-image", "-d", str(folder)], check=True)
+    wheel = glob.glob(str(folder / "scikit_image-*.whl"))[0]
+    with zipfile.ZipFile(wheel) as archive:
+        return [Image.open(io.BytesIO(archive.read(f"skimage/data/{name}"))).convert("RGB") for name in PHOTOS]
+
+
+def cut_photos(photos: list[Image.Image], count: int, folder: Path, seed: int = 0,
+               quality: int = 90) -> list[tuple[str, int]]:
+    """`count` JPEG crops of the photos at random sizes and scales, in one subfolder per photo."""
+    rng = np.random.default_rng(seed)
+    files = []
+    for name in PHOTOS:
+        (folder / name.split(".")[0]).mkdir(parents=True, exist_ok=True)
+    for index in range(count):
+        label = index % len(photos)
+        photo = photos[label]
+        height, width = (int(side) for side in rng.triangular(SIDES[0], SIDES[0], SIDES[1] + 1, 2))
+        height, width = min(height, photo.height), min(width, photo.width)
+        smallest = max(height / photo.height, width / photo.width)  # the scale at which the crop just fits
+        scale = float(np.exp(rng.uniform(np.log(smallest), 0.0)))
+        box_height, box_width = height / scale, width / scale
+        top, left = rng.uniform(0, photo.height - box_height), rng.uniform(0, photo.width - box_width)
+        crop = photo.resize((width, height), Image.Resampling.LANCZOS,
+                            box=(left, top, left + box_width, top + box_height))
+        path = folder / PHOTOS[label].split(".")[0] / f"{index:06d}.jpg"
+        crop.save(path, "JPEG", quality=quality)
+        files.append((str(path), label))
+    return files
+
+
+class PhotoFolder(torch.utils.data.Dataset):
+    """What a typical ImageNet training script does per sample: PIL decode, RandomResizedCrop (the box by
+    torchvision's rule), flip, float conversion, normalisation."""
+
+    def __init__(self, files: list[tuple[str, int]], mean, std, size: int = IMAGE_SIZE):
+        self.files, self.size = files, size
+        self.mean = torch.tensor(mean, dtype=torch.float32).view(3, 1, 1) / 255
+        self.std = torch.tensor(std, dtype=torch.float32).view(3, 1, 1) / 255
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int):
+        path, label = self.files[index]
+        uniforms = torch.rand(crops.UNIFORMS_PER_SAMPLE + 1, dtype=torch.float64).numpy()  # seeded per worker
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+        top, left, height, width = crops.random_resized_boxes([image.height], [image.width], uniforms[None, :-1])[0]
+        image = image.resize((self.size, self.size), Image.Resampling.BILINEAR,
+                             box=(int(left), int(top), int(left + width), int(top + height)))
+        if uniforms[-1] < 0.5:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        tensor = torch.from_numpy(np.asarray(image, dtype=np.float32)).permute(2, 0, 1) / 255  # (C, H, W)
+        return (tensor - self.mean) / self.std, label
+
+
+def compressed_staging(feed: Feed):
+    """Yield (samples, labels) per batch as the GPU-decode path stages it (`device_decode.stage_batch_bytes`:
+    crop boxes, the JPEG files back to back in a byte slot, labels, flip draws), into unpinned slots on the
+    staging threads: the CPU's whole share of that path."""
+    from gpufeed.data.device_decode import ByteSlot, initial_capacity, stage_batch_bytes
+
+    stop = threading.Event()
+    capacity = initial_capacity(feed.dataset, feed.batch_size)
+    pool = SlotPool(lambda: ByteSlot.empty(feed.batch_size, capacity, False), feed.prefetch + feed.workers, stop)
+    order = feed.order()
+
+    def prepare(index: int):
+        return stage_batch_bytes(feed, order, feed.epoch, index, pool.acquire())
+
+    for _index, slot in Staging(prepare, 0, len(order), feed.workers, feed.prefetch, stop):
+        yield slot.samples[:slot.size], slot.labels[:slot.size]
+        pool.release(slot)
+
+
+def time_per_image(dataset, batch_size: int, repeats: int = 7) -> dict[str, float]:
+    """Median microseconds an image for each stage of `Feed`'s CPU path, on this thread (one intra-op thread),
+    over one batch of RandomResizedCrop 224 boxes: read (the sample's bytes from the payload), decode (simplejpeg
+    into a kept buffer), resize + flip (`resize_into` of the box, half the samples mirrored), everything
+    `CropResizer.stage` does per sample (so its Python and dispatch cost is `stage` minus the three), and the
+    float conversion with normalisation into memory lent by an `OutputPool`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    samples = np.random.default_rng(0).permutation(len(dataset))[:batch_size]
+    plan = crops.parse_resized_crop("random-resized-crop", IMAGE_SIZE)
+    boxes = crops.batch_boxes(plan, dataset.heights[samples], dataset.widths[samples], 0, 0, 0, batch_size, 0)
+    flips = np.arange(batch_size) % 2
+    out = torch.empty((batch_size, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=torch.uint8)
+    buffer = np.empty(int(dataset.heights.max() * dataset.widths.max() * 3), np.uint8)
+    files = [dataset.sample_bytes(sample) for sample in samples.tolist()]
+    decoded = [torch.from_numpy(simplejpeg.decode_jpeg(data, "RGB")) for data in files]
+    views = [image[top:top + height, left:left + width]
+             for image, (top, left, height, width) in zip(decoded, boxes.tolist(), strict=True)]
+    cropper, outputs = CropResizer(dataset), OutputPool(2)
+    scale, shift = torch.ones(3), torch.zeros(3)
+    stages = {
+        "read": lambda: [dataset.sample_bytes(sample) for sample in samples.tolist()],
+        "decode": lambda: [simplejpeg.decode_jpeg(data, "RGB", buffer=buffer) for data in files],
+        "resize + flip": lambda: [resize_into(view, out[k], bool(flips[k])) for k, view in enumerate(views)],
+        "stage (all of the above)": lambda: cropper.stage(samples, boxes, out, flips),
+        "convert + normalise": lambda: to_float(out, torch.float32, scale, shift, True, outputs.take(
+            (batch_size, IMAGE_SIZE, IMAGE_SIZE, 3), torch.float32).permute(0, 3, 1, 2)),
+    }
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(repeats):
+        for name, run in stages.items():
+            start = time.perf_counter()
+            run()
+            times[name].append((time.perf_counter() - start) / batch_size * 1e6)
+    torch.set_num_threads(threads)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def summarise(name: str, rates: list[float]) -> float:
+    median = statistics.median(rates)
+    print(f"  {name:<62} {median:>9,.0f} img/s  ({min(rates):,.0f} - {max(rates):,.0f})", flush=True)
+    return median
+
+
+def run_ffcv(python: str, folder: Path, destination: Path, args) -> dict:
+    """FFCV's figures from `feed_jpeg_ffcv.py` run by `python`, or {"reason": ...} when it cannot run."""
+    script = Path(__file__).resolve().parent / "feed_jpeg_ffcv.py"
+    command = [python, str(script), str(folder), str(destination), "--batch-size", str(args.batch_size),
+               "--epochs", str(args.epochs), "--repeats", str(args.repeats), "--workers", str(WORKERS),
+               "--max-side", str(MAX_SIDE), "--quality", str(QUALITY)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return {"reason": f"{python} did not run: {error}"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"reason": f"feed_jpeg_ffcv.py exited {done.returncode}: {tail}"}
+    return json.loads(lines[-1])
+
+
+def verdict(value: float, target: float, higher: bool = True) -> str:
+    met = value >= target if higher else value <= target
+    return "met" if met else "NOT met"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=5000)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--ffcv-python", default="/tmp/ffcv-venv/bin/python",
+                        help="a Python with ffcv installed (skipped with a reason when it has none)")
+    args = parser.parse_args()
+    print(f"feed_jpeg benchmark: {args.count} photo crops, batch {args.batch_size}, RandomResizedCrop "
+          f"{IMAGE_SIZE} + flip, float32; {args.epochs} epochs x {args.repeats} repeats; "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
+          f"numpy {np.__version__}, simplejpeg {simplejpeg.__version__}, Pillow {Image.__version__}, "
+          f"python {platform.python_version()}; load average {os.getloadavg()[0]:.2f} before the run", flush=True)
+    with tempfile.TemporaryDirectory(prefix="feed_jpeg-") as temporary:
+        temporary = Path(temporary)
+        photos = fetch_photos(temporary / "wheel")
+        folder = temporary / "photos"
+        files = cut_photos(photos, args.count, folder)
+        sizes = np.array([Image.open(path).size for path, _ in files])
+        kilobytes = np.mean([os.path.getsize(path) for path, _ in files]) / 1000
+        print(f"  cut {len(files)} JPEGs from {len(PHOTOS)} photographs: mean {sizes[:, 1].mean():.0f} x "
+              f"{sizes[:, 0].mean():.0f} px, {kilobytes:.1f} KB", flush=True)
+        packed = {}
+        for encoding in ("jpeg", "raw"):
+            path = temporary / f"photos-{encoding}.gpuf"
+            result = pack(folder, path, max_side=MAX_SIDE, encoding=encoding,
+                          quality=QUALITY if encoding == "jpeg" else None, workers=WORKERS)
+            packed[encoding] = open_packed(path)
+            print(f"  packed {encoding} at max side {MAX_SIDE}: {result.bytes_written / 2**20:.1f} MiB in "
+                  f"{result.seconds:.1f} s", flush=True)
+        results = measure(args, files, packed)
+        ffcv = run_ffcv(args.ffcv_python, folder, temporary / "photos.beton", args)
+    report(args, results, packed, ffcv)
+
+
+def warmed(iterate, batches: int = 2):
+    """`iterate` after a first pass over `batches` batches (workers started, buffers made), for `rate`."""
+    iterator = iter(iterate())
+    for _ in range(batches):
+        next(iterator, None)
+    if hasattr(iterator, "close"):
+        iterator.close()
+    return iterate
+
+
+def measure(args, files, packed) -> dict[str, float | None]:
+    """img/s medians of (a), (b) and (c), printed as they come; None (with the reason printed) when one cannot
+    be measured."""
+    jpeg = packed["jpeg"]
+    results: dict[str, float | None] = {}
+    repeat = range(args.repeats)
+    loader = torch.utils.data.DataLoader(PhotoFolder(files, jpeg.mean, jpeg.std), batch_size=args.batch_size,
+                                         shuffle=True, num_workers=WORKERS, drop_last=True,
+                                         persistent_workers=True)
+    iterate = warmed(lambda loader=loader: loader)
+    results["a"] = summarise(f"(a) DataLoader + PIL, num_workers={WORKERS}",
+                             [rate(iterate, args.epochs) for _ in repeat])
+    del loader, iterate  # its worker processes end here, before the next pipeline
+    options = dict(device="cpu", augment="random-resized-crop", image_size=IMAGE_SIZE)
+    for encoding, workers in (("jpeg", WORKERS), ("raw", WORKERS), ("jpeg", 1)):
+        feed = Feed(packed[encoding], args.batch_size, workers=workers, **options)
+        iterate = warmed(lambda feed=feed: feed)
+        name = f"b_{encoding}" + ("" if workers == WORKERS else f"_{workers}")
+        results[name] = summarise(f"(b) Feed(device='cpu'), {encoding} pack, float32, {workers} staging "
+                                  f"thread{'s' if workers > 1 else ''}", [rate(iterate, args.epochs) for _ in repeat])
+    feed = Feed(jpeg, args.batch_size, workers=WORKERS, **options)
+    results["c_uint8"] = summarise("(c) staging alone: uint8 crops decoded here (Feed.stage_batch)",
+                                   [rate(lambda: staging_only(feed), args.epochs) for _ in repeat])
+    try:
+        rates = [rate(lambda: compressed_staging(feed), args.epochs) for _ in repeat]
+        results["c_bytes"] = summarise("(c) staging alone: compressed bytes + boxes (GPU decode path)", rates)
+    except ImportError as error:
+        print(f"  (c) staging alone, compressed bytes: NA ({error}: no GPU-decode path in this gpufeed)")
+        results["c_bytes"] = None
+    breakdown = time_per_image(jpeg, args.batch_size)
+    print("  time per image on one thread, us (median of 7 batches): " +
+          ", ".join(f"{name} {value:.0f}" for name, value in breakdown.items()), flush=True)
+    return results
+
+
+def report(args, results: dict[str, float], packed, ffcv: dict) -> None:
+    baseline = results["a"]
+    print("  ratios to (a): " + ", ".join(f"{key} {value / baseline:.2f}x" for key, value in results.items()
+                                          if key != "a" and value is not None))
+    jpeg_mib = packed["jpeg"].header.file_bytes / 2**20
+    if "rate" in ffcv:
+        print(f"  (d) FFCV {ffcv['version']}, ImageNet recipe, {WORKERS} workers: {ffcv['rate']:,.0f} img/s "
+              f"({min(ffcv['rates']):,.0f} - {max(ffcv['rates']):,.0f}), {ffcv['rate'] / baseline:.2f}x (a); "
+              f"file {ffcv['file_bytes'] / 2**20:.1f} MiB (written in {ffcv['write_s']:.1f} s)")
+        ffcv_ratio, ffcv_mib, source = ffcv["rate"] / baseline, ffcv["file_bytes"] / 2**20, "this run"
+    else:
+        print(f"  (d) FFCV not run: {ffcv['reason']}")
+        ffcv_ratio, ffcv_mib = ANCHOR["ffcv"] / ANCHOR["dataloader"], ANCHOR["ffcv_mib"] * args.count / 5000
+        source = "the issue's anchor"
+    jpeg_ratio = results["b_jpeg"] / baseline
+    print(f"  target: Feed jpeg >= {TARGETS['jpeg_ratio']}x (a): {jpeg_ratio:.2f}x, "
+          f"{verdict(jpeg_ratio, TARGETS['jpeg_ratio'])} ({jpeg_ratio / ffcv_ratio:.2f}x FFCV's ratio of "
+          f"{ffcv_ratio:.2f}, {source})")
+    compressed = "NA" if results["c_bytes"] is None else \
+        f"{results['c_bytes']:,.0f} ({verdict(results['c_bytes'], TARGETS['staging'])})"
+    print(f"  target: staging >= {TARGETS['staging']:,} img/s: uint8 crops {results['c_uint8']:,.0f} "
+          f"({verdict(results['c_uint8'], TARGETS['staging'])}), compressed bytes {compressed}")
+    print(f"  target: packed file <= {TARGETS['file_ratio']}x FFCV's: {jpeg_mib:.1f} MiB / {ffcv_mib:.1f} MiB = "
+          f"{jpeg_mib / ffcv_mib:.2f}x, {verdict(jpeg_mib / ffcv_mib, TARGETS['file_ratio'], higher=False)} "
+          f"({source}); raw pack {packed['raw'].header.file_bytes / 2**20:.1f} MiB")
+
+
+if __name__ == "__main__":
+    main()

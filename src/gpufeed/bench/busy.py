@@ -1,0 +1,133 @@
+"""Was the machine busy while the bench ran? Three readings over the bench's own window, taken from inside:
+
+- other processes' CPU share: the CPU seconds every other visible process used between two readings (psutil, user +
+  system, plus the children each one waited for, so a short-lived compiler still counts), over the window times
+  the cores this process may use. Inside a container only the container's processes are visible; the load average
+  is not used because in a container it is the host's;
+- steal: the share of all CPU time the hypervisor gave to other guests (psutil.cpu_times().steal, /proc/stat);
+- the timing spread: for each measurement, its slowest repeat over its fastest. Spreads under SPREAD_FLOOR_S in
+  absolute terms are ignored: an interrupt costs microseconds, while another process taking the core costs a
+  scheduler slice (milliseconds).
+Past any limit below, the figures are named unreliable. The limits are gpufeed's choices, stated in each reason.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import psutil
+
+OTHER_PROCESSES_LIMIT = 0.10  # other processes used over 10% of this process's usable cores
+STEAL_LIMIT = 0.05  # the hypervisor took over 5% of CPU time for other guests
+SPREAD_LIMIT = 3.0  # a measurement's slowest repeat took over 3x its fastest...
+SPREAD_FLOOR_S = 0.001  # ...and over 1 ms longer
+
+
+@dataclass(frozen=True)
+class CpuReading:
+    """One reading: the wall clock, system CPU time (all CPUs) and every other process's CPU seconds."""
+
+    wall_s: float  # time.time(), comparable with psutil's create_time
+    total_cpu_s: float | None  # all CPUs, all states; None where psutil cannot read it
+    steal_s: float | None  # None where the kernel reports no steal (not Linux)
+    others: dict[int, tuple[float, float]] = field(default_factory=dict)  # pid -> (create_time, CPU seconds)
+
+
+@dataclass(frozen=True)
+class MachineBusy:
+    busy: bool
+    reasons: list[str]  # one sentence per limit passed, with the reading and the limit
+    other_processes_cpu_share: float | None  # fraction of usable_cores, over the window
+    steal_share: float | None  # fraction of all CPU time
+    worst_spread: float | None  # slowest / fastest repeat of the worst measurement over SPREAD_FLOOR_S
+    worst_spread_measurement: str | None
+    window_s: float
+    usable_cores: int
+
+
+def _process_seconds(times) -> float:
+    return times.user + times.system + getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
+
+
+def read_cpu() -> CpuReading:
+    """A reading now; this process and its descendants are left out of `others`."""
+    me = psutil.Process()
+    try:
+        mine = {me.pid} | {child.pid for child in me.children(recursive=True)}
+    except psutil.Error:
+        mine = {me.pid}
+    others: dict[int, tuple[float, float]] = {}
+    for process in psutil.process_iter(["pid", "create_time", "cpu_times"]):
+        info = process.info
+        if info["pid"] not in mine and info["cpu_times"] is not None and info["create_time"] is not None:
+            others[info["pid"]] = (info["create_time"], _process_seconds(info["cpu_times"]))
+    try:
+        times = psutil.cpu_times()
+    except (OSError, RuntimeError):
+        return CpuReading(time.time(), None, None, others)
+    states = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")  # guest is inside user
+    total = sum(getattr(times, state, 0.0) for state in states)
+    return CpuReading(time.time(), total, getattr(times, "steal", None), others)
+
+
+def others_cpu_seconds(start: CpuReading, end: CpuReading) -> float:
+    """CPU seconds other processes used between the readings: the growth of those seen in both, and all of those
+    created in between (a reused pid is a new process). Processes that ended in between are counted through the
+    parent that waited for them, when it is visible."""
+    used = 0.0
+    for pid, (created, seconds) in end.others.items():
+        before = start.others.get(pid)
+        if before is not None and abs(before[0] - created) < 0.01:
+            used += max(seconds - before[1], 0.0)
+        elif created >= start.wall_s - 1.0:
+            used += seconds
+    return used
+
+
+def judge(start: CpuReading, end: CpuReading, usable_cores: int,
+          timings: Iterable[tuple[str, float, float]]) -> MachineBusy:
+    """The verdict for the window between `start` and `end`; `timings` are (measurement, fastest s, slowest s)."""
+    window = max(end.wall_s - start.wall_s, 1e-9)
+    share = others_cpu_seconds(start, end) / (window * max(usable_cores, 1))
+    steal = None
+    if None not in (start.total_cpu_s, end.total_cpu_s, start.steal_s, end.steal_s):
+        elapsed = end.total_cpu_s - start.total_cpu_s
+        steal = (end.steal_s - start.steal_s) / elapsed if elapsed > 0 else None
+    worst, worst_what = None, None
+    for what, fastest, slowest in timings:
+        if fastest > 0 and slowest - fastest > SPREAD_FLOOR_S and (worst is None or slowest / fastest > worst):
+            worst, worst_what = slowest / fastest, what
+    reasons = []
+    if share > OTHER_PROCESSES_LIMIT:
+        reasons.append(f"other processes used {share:.0%} of the {usable_cores} usable cores during the bench "
+                       f"(limit {OTHER_PROCESSES_LIMIT:.0%})")
+    if steal is not None and steal > STEAL_LIMIT:
+        reasons.append(f"the hypervisor gave {steal:.0%} of CPU time to other guests (steal; limit {STEAL_LIMIT:.0%})")
+    if worst is not None and worst > SPREAD_LIMIT:
+        reasons.append(f"the slowest repeat of {worst_what} took {worst:.1f}x its fastest (limit {SPREAD_LIMIT:g}x "
+                       f"for spreads over {SPREAD_FLOOR_S * 1e3:g} ms)")
+    return MachineBusy(busy=bool(reasons), reasons=reasons, other_processes_cpu_share=share, steal_share=steal,
+                       worst_spread=worst, worst_spread_measurement=worst_what, window_s=window,
+                       usable_cores=usable_cores)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity; a container's cpuset restricts it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def busy_sentence(verdict: MachineBusy) -> str:
+    """'figures unreliable: ...' when busy, else the readings that say the machine was quiet."""
+    if verdict.busy:
+        return "figures unreliable: " + "; ".join(verdict.reasons) + "."
+    steal = "n/a" if verdict.steal_share is None else f"{verdict.steal_share:.0%}"
+    spread = "none over 1 ms" if verdict.worst_spread is None else f"{verdict.worst_spread:.1f}x"
+    return (f"machine quiet during the bench ({verdict.window_s:.0f} s): other processes "
+            f"{verdict.other_processes_cpu_share:.0%} of {verdict.usable_cores} cores, steal {steal}, worst "
+            f"spread {spread}.")
