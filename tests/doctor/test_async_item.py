@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from gpufeed.cli.main import main
-from gpufeed.doctor.async_item import MOST_LISTED, CudaCopies, StaleReads, defer_reads
-from gpufeed.doctor.experiments import ASYNC_ITEM, Changes
+from gpufeed.doctor.async_item import ASYNC_ITEM, MOST_LISTED, CudaCopies, StaleReads, defer_reads
+from gpufeed.doctor.experiments import Changes
 from gpufeed.doctor.trials import run_once, run_trial
 
 SCRIPTS = Path(__file__).parent / "scripts"

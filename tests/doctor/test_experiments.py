@@ -21,7 +21,7 @@ from gpufeed.cli.main import main
 from gpufeed.doctor import experiments, trials
 from gpufeed.doctor.experiments import Changes, Experiment, autocast_forward, loader_experiment, plan_experiments
 from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.report import Finding, Report, Verdict
+from gpufeed.doctor.report import Finding, Note, Report, Verdict
 from gpufeed.doctor.trials import Run, run_experiments, run_trial
 from gpufeed.doctor.watch import Watcher
 from gpufeed.measure.steps import StepRecord
@@ -76,7 +76,7 @@ def test_replaying_batches_and_more_workers_are_measured_on_a_loop_that_waits_fo
     if int(workers.group(1)) >= 2:  # 2+ processes each sleeping 5 ms per sample: about workers x the rate
         assert float(workers.group(2)) > 1.0
     assert [f.gain for f in findings[1:]] == [None] * (len(findings) - 1)  # small_batch (low): not tried
-    assert not any(line.startswith("verified fix for input_bound") for line in unmeasured)
+    assert not any(note.text.startswith("verified fix for input_bound") for note in unmeasured)
 
 
 def test_no_experiment_without_a_high_or_medium_finding(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,7 +93,7 @@ def test_no_experiment_without_a_high_or_medium_finding(monkeypatch: pytest.Monk
     monkeypatch.setattr(trials, "run_script", must_not_run)
     findings, unmeasured = run_experiments(str(SCRIPTS / "compute_bound.py"), [], False, report, 10, 2)
     assert findings == report.findings and unmeasured == [
-        "verified fixes (--try): none tried, no finding of high or medium severity"]
+        Note("unmeasured", "verified fixes (--try): none tried, no finding of high or medium severity")]
 
 
 def test_a_crashing_experiment_is_a_line_in_unmeasured() -> None:
@@ -102,8 +102,8 @@ def test_a_crashing_experiment_is_a_line_in_unmeasured() -> None:
     findings, unmeasured = run_experiments(str(SCRIPTS / "crashes.py"), [], False, report, 5, 2, 20, repeats=2)
     assert patched_state() == before and findings == report.findings  # no gain anywhere
     for name in ("replay", "workers"):  # the baseline run before each raised first
-        assert any(line.startswith(f"verified fix for input_bound ({name}): the baseline run before it: the script "
-                                   "raised ValueError: loss became NaN") for line in unmeasured), unmeasured
+        assert any(note.text.startswith(f"verified fix for input_bound ({name}): the baseline run before it: the "
+                                        "script raised ValueError: loss became NaN") for note in unmeasured), unmeasured
 
 
 def test_a_change_that_breaks_is_reported_and_undone() -> None:
@@ -257,7 +257,7 @@ def test_the_plan_follows_the_findings_and_stops_at_three() -> None:
     planned, unmeasured = plan_experiments(Report(Verdict("input_bound", 0.3, 0.5, 10, "cuda:0 (H200)"), findings))
     assert [e.name for e in planned] == ["replay", "workers", "async_item"]
     assert planned[1].description == "DataLoader(num_workers=8, persistent_workers=True, pin_memory=True)"
-    assert unmeasured == [f"verified fix for {kind}: not tried, --try runs 3 experiments at most"
+    assert unmeasured == [Note("unmeasured", f"verified fix for {kind}: not tried, --try runs 3 experiments at most")
                           for kind in ("small_batch (double_batch)", "precision (bf16_autocast)")]  # low: no line
     assert [e.name for e in plan_for("precision", {"autocast_seen": False}, "cuda:0")] == ["bf16_autocast"]
     assert plan_for("precision", {"autocast_seen": False}) == []  # the CPU: not tried
@@ -272,8 +272,8 @@ def test_a_sync_stall_is_tried_on_cuda_only() -> None:
     assert "one step stale" in planned[0].description and "measures the speed, not the results" in \
         planned[0].description
     cpu = Report(Verdict("sync_stall", None, 0.5, 10, "cpu"), [finding("sync_stall", "medium", {})])
-    assert plan_experiments(cpu) == ([], ["verified fix for sync_stall: not tried: on the CPU, .item() waits for "
-                                          "no device, so there is no wait to defer"])
+    assert plan_experiments(cpu) == ([], [Note("unmeasured", "verified fix for sync_stall: not tried: on the CPU, "
+                                               ".item() waits for no device, so there is no wait to defer")])
 
 
 class Stop(BaseException):

@@ -21,7 +21,10 @@ import torch
 from torch.utils.data import dataloader
 
 from gpufeed.cli.main import main
-from gpufeed.doctor.inject import Instrumentation, run_script
+from gpufeed.doctor.hooks import Instrumentation
+from gpufeed.doctor.inject import run_script
+from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Ranks, StepShape
+from gpufeed.doctor.report import Note
 from gpufeed.doctor.watch import Watcher
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -68,13 +71,6 @@ def test_the_script_sees_what_plain_python_shows_it(tmp_path: Path, monkeypatch:
     assert outcome.problem is None and len(watcher.records) == 3
 
 
-def test_the_hooks_moved_to_hooks_py_are_still_importable_from_inject() -> None:
-    from gpufeed.doctor import hooks, inject
-
-    for name in ("Instrumentation", "first_tensor", "_Patch", "_DoctorStop", "SYNC_WARNING"):
-        assert getattr(inject, name) is getattr(hooks, name), name
-
-
 def test_every_patch_is_restored_even_with_the_cuda_patches_forced(monkeypatch: pytest.MonkeyPatch) -> None:
     before = patched_state()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # the CUDA patches, exercised on CPU tensors
@@ -104,6 +100,19 @@ def test_data_waits_are_measured_in_a_loop_that_waits_for_its_loader() -> None:
     assert all(record.compute_s is None and record.copy_bytes == 0 for record in records)  # the CPU: not measured
 
 
+def test_the_observation_holds_every_reading_of_the_run() -> None:
+    watcher, outcome = doctor("input_bound", steps=5, warmup=1)
+    seen = watcher.observe()
+    assert outcome.problem is None and len(seen.steps) == 5 and seen.samples and seen.script_error is None
+    assert seen.device == "cpu" and seen.host == Host(os.cpu_count(), torch.get_num_threads())
+    assert seen.loader == LoaderSettings(0, False, 0.0)  # one epoch of 64 batches: no worker restarted
+    assert seen.shape == StepShape(4, 1, 4) and seen.float64_seen is False and seen.autocast_seen is False
+    assert seen.memory == MemoryReading(None, None, None)
+    assert Note("unmeasured", "device memory: the device is the CPU") in seen.notes
+    assert seen.ranks == Ranks(world_size=1, step_times_s=None, communication_wait_s=None)  # one process
+    assert [step.operators > 0 for step in seen.profile.steps] == [True] * 5  # the window after the watched steps
+
+
 def test_loader_workers_in_child_processes_keep_working() -> None:
     watcher, outcome = doctor("input_bound", "2")
     assert outcome.problem is None and len(watcher.records) == 20 and watcher.loader_workers == 2
@@ -115,7 +124,7 @@ def test_a_compute_bound_loop_barely_waits() -> None:
     records = watcher.records
     assert outcome.problem is None and len(records) == 10 and watcher.float64_seen is False
     assert sum(r.data_wait_s for r in records) < 0.01 * sum(r.wall_s for r in records)
-    assert watcher.context()["batch_size"] == 64  # from the model's input: no loader here
+    assert watcher.observe().shape.batch_size == 64  # from the model's input: no loader here
 
 
 @pytest.mark.parametrize(("name", "clock", "batch_size"), [
@@ -128,7 +137,7 @@ def test_the_step_clock_for_each_kind_of_loop(name: str, clock: str, batch_size:
     watcher, outcome = doctor(name, steps=8, warmup=2)
     assert outcome.problem is None and watcher.source == clock
     assert len(watcher.records) == 8 and all(record.wall_s > 0 for record in watcher.records)
-    assert watcher.context()["batch_size"] == batch_size
+    assert watcher.observe().shape.batch_size == batch_size
 
 
 def test_one_record_per_iteration_shows_a_stall_every_tenth_step() -> None:
@@ -142,13 +151,13 @@ def test_one_record_per_iteration_shows_a_stall_every_tenth_step() -> None:
 
 def test_float64_is_seen() -> None:
     watcher, _ = doctor("float64", steps=5, warmup=1)
-    assert watcher.float64_seen is True and watcher.context()["dtype_float64_seen"] is True
+    assert watcher.float64_seen is True and watcher.observe().float64_seen is True
 
 
 def test_the_threads_the_script_set_are_reported_and_ours_restored() -> None:
     threads = torch.get_num_threads()
     watcher, outcome = doctor("oversubscribed", steps=5, warmup=1)
-    assert outcome.problem is None and watcher.context()["threads"] == 8 and torch.get_num_threads() == threads
+    assert outcome.problem is None and watcher.observe().host.threads == 8 and torch.get_num_threads() == threads
 
 
 def test_a_crash_gives_one_line_and_the_steps_watched_so_far() -> None:
@@ -195,6 +204,13 @@ def test_the_command_writes_the_report(capsys: pytest.CaptureFixture[str], tmp_p
     leading = document["findings"][0]
     assert leading["kind"] == "input_bound" and leading["gain"]["measured"] > 1.0  # replayed batches beat the loader
     assert "verdict:" in captured.out and "findings" in captured.out
+    # the notes about the run (10 steps cannot show a beat longer than 5, say) print as "note:", the rest of
+    # unmeasured as "not measured:"
+    printed = " ".join(captured.out.split())
+    assert set(document["notes"]) <= set(document["unmeasured"])
+    for line in document["unmeasured"]:
+        prefix = "note" if line in document["notes"] else "not measured"
+        assert f"{prefix}: {' '.join(line.split())}" in printed, line
 
 
 def test_the_command_fails_for_a_crash_and_still_writes_json(capsys: pytest.CaptureFixture[str],

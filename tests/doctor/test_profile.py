@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from gpufeed.doctor.observation import ProfileWindow
 from gpufeed.doctor.profile import ProfiledStep, ProfileSummary, StepProfiler, TraceEvent, analyse, union_length
 
 MAIN, AUTOGRAD, PIN = 1, 2, 3
@@ -93,23 +94,22 @@ def test_no_marks_no_steps_and_only_the_recorded_marks_count():
     assert analyse([host("aten::add", 0, 1)], recorded=5, cuda=False) == []
 
 
-def test_the_summary_for_the_rules():
+def test_the_window_the_findings_read():
     steps = (ProfiledStep(0, 0.010, 1000, 0.004, 0.001, 500, 400, 0.002, 0.0015),
              ProfiledStep(1, 0.030, 1200, 0.006, 0.002, 700, 500, 0.004, 0.0025))
     summary = ProfileSummary(steps, requested=5, cuda=True, reason="2 of 5 steps profiled (the loop ended first)")
-    context = summary.as_context()
-    assert context["steps"] == 2 and context["requested_steps"] == 5
-    assert context["step_ms"] == pytest.approx(20.0) and context["operators_per_step"] == pytest.approx(1100.0)
-    assert context["outside_operators_share"] == pytest.approx(0.010 / 0.040)
-    assert context["loader_share"] == pytest.approx(0.003 / 0.040)
-    assert context["kernels_per_step"] == pytest.approx(600.0)
-    assert context["short_kernel_fraction"] == pytest.approx(900 / 1200)
-    assert context["mean_kernel_us"] == pytest.approx(1e6 * 0.006 / 1200)
-    assert context["kernel_busy_share"] == pytest.approx(0.004 / 0.040)
-    assert [row["operators"] for row in context["per_step"]] == [1000, 1200]
-    cpu = ProfileSummary(steps, 2, cuda=False).as_context()
-    assert cpu["kernels_per_step"] is None and cpu["kernel_busy_share"] is None
-    assert ProfileSummary((), 5, cuda=False, reason="x").as_context() is None
+    window = ProfileWindow.of(summary)
+    assert len(window.steps) == 2 and window.requested == 5
+    assert window.step_ms == pytest.approx(20.0) and window.operators_per_step == pytest.approx(1100.0)
+    assert window.outside_operators_share == pytest.approx(0.010 / 0.040)
+    assert window.kernels_per_step == pytest.approx(600.0)
+    assert window.short_kernel_fraction == pytest.approx(900 / 1200)
+    assert window.mean_kernel_us == pytest.approx(1e6 * 0.006 / 1200)
+    assert window.kernel_busy_share == pytest.approx(0.004 / 0.040)
+    assert [step.operators for step in window.steps] == [1000, 1200]
+    cpu = ProfileWindow.of(ProfileSummary(steps, 2, cuda=False))
+    assert cpu.kernels_per_step is None and cpu.kernel_busy_share is None
+    assert ProfileWindow.of(ProfileSummary((), 5, cuda=False, reason="x")) is None
 
 
 def run_steps(profiler: StepProfiler, steps: int, adds: int = 7, muls: int = 3, pause_s: float = 0.0) -> bool:
@@ -144,7 +144,7 @@ def test_a_window_cut_short_keeps_the_complete_steps_and_says_why():
     summary = profiler.finish("the loop ended first")
     assert [step.operators for step in summary.steps] == [10, 10]
     assert summary.reason == "2 of 5 steps profiled (the loop ended first)"
-    assert ProfileSummary((), 5, False).as_context() is None
+    assert ProfileWindow.of(ProfileSummary((), 5, False)) is None
     ended_at_once = StepProfiler(steps=5)
     assert ended_at_once.start()
     assert ended_at_once.finish("the loop ended first").steps == ()

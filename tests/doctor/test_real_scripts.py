@@ -12,14 +12,16 @@ from __future__ import annotations
 import psutil
 import pytest
 import torch
+from observations import observation
 from test_inject import SCRIPTS, patched_state
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpufeed.doctor import fixes
+from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.findings import cpu_saturated, input_bound
 from gpufeed.doctor.hooks import Instrumentation
 from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.rules import diagnose
+from gpufeed.doctor.observation import StepShape
 from gpufeed.doctor.stalls import stall_period
 from gpufeed.doctor.watch import Watcher
 from gpufeed.measure.steps import HostSample, StepRecord
@@ -56,34 +58,35 @@ def workers_alive() -> list[psutil.Process]:
 def test_a_cifar_script_counts_only_its_training_batches() -> None:
     # optimizer steps 1 (the start), 2-3 (warm-up), 4-11 (watched); validation after steps 4 and 8, 2 batches each
     watcher, outcome = doctor("real_cifar.py", "--val-every", "4", "--log-every", "2", steps=8, warmup=2)
-    context = watcher.context()
+    seen = watcher.observe()
     assert outcome.problem is None and watcher.source == "optimizer"
     assert [record.batch_size for record in watcher.records] == [64] * 8  # not 64 + 256 on a validation step
     assert watcher.contents.other_batches == 4
-    assert context["loader_workers"] == 2 and context["loader_pin_memory"] is False  # not the validation loader's
-    assert (context["batch_size"], context["batches_per_step"], context["loader_batch_size"]) == (64, 1, 64)
-    assert any(line.startswith("other DataLoaders: 4 batches") for line in context["unmeasured"])
+    assert seen.loader.workers == 2 and seen.loader.pin_memory is False  # not the validation loader's
+    assert seen.shape == StepShape(64, 1, 64)
+    # about the run, not something missing
+    assert any(note.kind == "run" and note.text.startswith("other DataLoaders: 4 batches") for note in seen.notes)
 
 
 def test_gradient_accumulation_over_dict_like_batches() -> None:
     watcher, outcome = doctor("real_accumulate.py", steps=4, warmup=1)
-    context = watcher.context()
+    seen = watcher.observe()
     assert outcome.problem is None and watcher.source == "optimizer"
     # a step is one optimizer.step() over 4 UserDict batches of 8 (a Mapping, as transformers' BatchEncoding is)
     assert [record.batch_size for record in watcher.records] == [32] * 4
-    assert (context["batch_size"], context["batches_per_step"], context["loader_batch_size"]) == (32, 4, 8)
-    line = next(line for line in context["unmeasured"] if line.startswith("samples per step:"))
+    assert seen.shape == StepShape(32, 4, 8)
+    line = next(note.text for note in seen.notes if note.text.startswith("samples per step:"))
     assert "4 DataLoader batches of 8" in line and "the 32 samples" in line
 
 
 def test_gradient_accumulation_without_a_loader_reads_model_keyword_inputs() -> None:
     # model(**batch): the rows come from keyword arguments; 4 forwards with grad make a step of 32 samples
     watcher, outcome = doctor("real_accumulate.py", "--no-loader", steps=4, warmup=1)
-    context = watcher.context()
+    seen = watcher.observe()
     assert outcome.problem is None and watcher.source == "optimizer"
-    assert [record.batch_size for record in watcher.records] == [None] * 4 and context["batch_size"] == 32
-    assert context["batches_per_step"] is None and watcher.forward_batch_size == 8
-    assert any("the 32 rows that went through the model" in line for line in context["unmeasured"])
+    assert [record.batch_size for record in watcher.records] == [None] * 4 and seen.shape.batch_size == 32
+    assert seen.shape.batches_per_step is None and watcher.forward_batch_size == 8
+    assert any("the 32 rows that went through the model" in note.text for note in seen.notes)
 
 
 def test_bf16_autocast_with_evaluation_and_checkpoints(tmp_path) -> None:
@@ -91,11 +94,11 @@ def test_bf16_autocast_with_evaluation_and_checkpoints(tmp_path) -> None:
     # optimizer.step(), so checkpoints every 3 steps are written after steps 3 and 6 only
     watcher, outcome = doctor("real_bf16_checkpoint.py", "--save-every", "3", "--eval-every", "2", "--out",
                               str(tmp_path), steps=6, warmup=1)
-    context = watcher.context()
+    seen = watcher.observe()
     assert outcome.problem is None and watcher.source == "optimizer" and len(watcher.records) == 6
     assert sorted(path.name for path in tmp_path.iterdir()) == ["step00003.pt", "step00006.pt"]
-    assert context["autocast_seen"] is True
-    assert context["batch_size"] == 256  # the training batch; the 512 held-out rows ran under no_grad
+    assert seen.autocast_seen is True
+    assert seen.shape.batch_size == 256  # the training batch; the 512 held-out rows ran under no_grad
 
 
 def test_an_endless_cycle_over_spawned_workers() -> None:
@@ -107,7 +110,7 @@ def test_an_endless_cycle_over_spawned_workers() -> None:
     assert [record.batch_size for record in records] == [16] * 13 + [None] * 3
     # batch 17 asked the loader once more: its StopIteration (stopping 2 spawned workers) is data wait
     assert records[13].data_wait_s > 0 and [record.data_wait_s for record in records[14:]] == [0.0] * 2
-    assert watcher.context()["loader_restart_s"] > 0
+    assert watcher.observe().loader.restart_s > 0
 
 
 def test_sys_exit_before_the_watch_is_complete_names_the_steps_it_timed() -> None:
@@ -126,7 +129,7 @@ def test_two_optimizers_the_first_to_step_keeps_time(critic: int) -> None:
     assert outcome.problem is None and watcher.seen["optimizers"] == 2
     assert watcher.seen["optimizer steps"] == 7 + 6 // critic
     assert [record.batch_size for record in watcher.records] == [128] * 5  # from the IterableDataset's worker
-    assert any(line.startswith("step clock: 2 optimizers") for line in watcher.context()["unmeasured"])
+    assert any(note.text.startswith("step clock: 2 optimizers") for note in watcher.observe().notes)
 
 
 def test_a_validation_forward_under_no_grad_is_not_a_step_of_the_forward_clock() -> None:
@@ -178,9 +181,9 @@ def test_batches_are_told_apart_by_the_line_that_asks_for_them() -> None:
         instrumentation.remove()
     assert watcher.source == "optimizer" and [record.batch_size for record in watcher.records] == [5] * 12
     assert watcher.contents.other_batches == 8  # after optimizer steps 3, 6, 9 and 12, before the watch ended
-    context = watcher.context()
-    assert context["batches_per_step"] == 2 and context["batch_size"] == 5
-    assert any("the 5 samples of a step" in line for line in context["unmeasured"])
+    seen = watcher.observe()
+    assert seen.shape.batches_per_step == 2 and seen.shape.batch_size == 5
+    assert any("the 5 samples of a step" in note.text for note in seen.notes)
 
 
 # --- the rules' side, on hand-made records --------------------------------------------------------------------
@@ -194,7 +197,11 @@ def records(walls_ms: list[float], wait_ms: float = 0.0, batch: int | None = 64)
 
 HOST = [HostSample(time_s=0.1 * index, cpu_percent=50.0, cpu_per_core_percent=(50.0, 50.0),
                    gpu_utilization_percent=None, gpu_memory_used_bytes=None) for index in range(10)]
-CPU = {"device": "cpu", "cpu_count": 2, "threads": 1, "loader_workers": 2, "loader_pin_memory": False}
+
+
+def two_cores(steps: list[StepRecord], **changes):
+    """A loaded 2-core VM's run on one torch thread, 2 loader workers, the batch size read from the records."""
+    return observation(steps, HOST, **{"cpu_count": 2, "threads": 1, "workers": 2, "batch_size": None, **changes})
 
 
 def test_a_validation_beat_is_found_between_noisy_steps() -> None:
@@ -203,50 +210,50 @@ def test_a_validation_beat_is_found_between_noisy_steps() -> None:
     walls = [39.8, 39.3, 103.0, 30.1, 34.1, 29.7, 34.0, 28.3, 102.5, 48.8, 45.1, 30.0, 37.7, 30.9, 93.1, 30.9, 37.7,
              33.4, 38.6, 34.6]
     assert stall_period([2, 8, 9, 10, 14], list(range(20))) == (6, [2, 8, 14])
-    found = {f.kind: f for f in diagnose(records(walls), HOST, CPU).findings}["periodic_stall"]
+    found = {f.kind: f for f in diagnose(two_cores(records(walls))).findings}["periodic_stall"]
     assert (found.evidence["period_steps"], found.evidence["stalls"]) == (6, 3)
     # another run: a stray slow step 17 (+10 ms against +88) fell on the beat of 3 and made it the one with the
     # most stalls; it is jitter beside the validation's stalls, and the beat of 6 is the one they fill
     walls = [46.9, 44.7, 137.1, 46.2, 42.6, 45.4, 51.8, 43.4, 127.6, 42.5, 43.8, 47.0, 39.9, 43.1, 130.6, 44.4,
              42.4, 53.6, 43.3, 43.0]
     assert stall_period([2, 8, 14, 17], list(range(20))) == (6, [2, 8, 14])
-    found = {f.kind: f for f in diagnose(records(walls), HOST, CPU).findings}["periodic_stall"]
+    found = {f.kind: f for f in diagnose(two_cores(records(walls))).findings}["periodic_stall"]
     assert (found.evidence["period_steps"], found.evidence["stalls"]) == (6, 3)
 
 
 def test_stray_slow_steps_alone_make_no_beat() -> None:
     assert stall_period([3, 5], list(range(20))) is None  # gap 2: a rhythm, not a stall
     assert stall_period([2, 9, 13], list(range(20))) is None  # no beat holds all three, two of three is not enough
-    report = diagnose(records([30.0] * 20), HOST, CPU)
+    report = diagnose(two_cores(records([30.0] * 20)))
     assert "periodic_stall" not in {f.kind for f in report.findings}
     assert any(line.startswith("periodic stalls: a beat longer than 10 steps") for line in report.unmeasured)
 
 
 def test_small_batch_judges_the_accumulated_batch_not_the_step() -> None:
-    context = {**CPU, "batches_per_step": 4, "loader_batch_size": 8}
-    found = {f.kind: f for f in diagnose(records([20.0] * 20, batch=32), HOST, context).findings}["small_batch"]
+    seen = two_cores(records([20.0] * 20, batch=32), batches_per_step=4, loader_batch_size=8)
+    found = {f.kind: f for f in diagnose(seen).findings}["small_batch"]
     assert found.evidence["batch_size"] == 8 and found.evidence["batches_per_step"] == 4
     assert found.evidence["model_step_ms"] == pytest.approx(5.0)  # 20 ms for 4 batches
     assert "accumulation_steps = 1  # was 4" in found.snippet and "batch_size=32" in found.snippet
     # without accumulation the step's 32 samples are not small
-    assert "small_batch" not in {f.kind for f in diagnose(records([20.0] * 20, batch=32), HOST, CPU).findings}
+    assert "small_batch" not in {f.kind for f in diagnose(two_cores(records([20.0] * 20, batch=32))).findings}
 
 
 def test_input_bound_fixes_do_not_ask_for_the_workers_the_loader_has() -> None:
     waiting = records([20.0] * 20, wait_ms=10.0)
-    found = {f.kind: f for f in diagnose(waiting, HOST, CPU).findings}["input_bound"]
+    found = {f.kind: f for f in diagnose(two_cores(waiting)).findings}["input_bound"]
     assert found.evidence["suggested_workers"] == 2 and "num_workers=2" not in found.fix + found.snippet
     assert "already has 2 worker processes" in found.fix
-    restarting = {**CPU, "loader_restart_s": 0.9 * 20 * 0.010}  # 90% of the wait: workers stopping and starting
-    found = {f.kind: f for f in diagnose(waiting, HOST, restarting).findings}["input_bound"]
+    restarting = two_cores(waiting, restart_s=0.9 * 20 * 0.010)  # 90% of the wait: workers stopping and starting
+    found = {f.kind: f for f in diagnose(restarting).findings}["input_bound"]
     assert found.evidence["restart_share_of_wait"] == pytest.approx(0.9)
     assert "90% of that wait" in found.fix and "persistent_workers=True" in found.snippet
-    fewer = fixes.input_bound(8, False, current=2)
+    fewer = input_bound.fix(8, False, current=2)
     assert "num_workers=8" in fewer[0] and "num_workers=8" in fewer[1]
 
 
 def test_cpu_saturated_suggests_workers_and_threads_that_add_up_to_the_cores() -> None:
-    _, snippet = fixes.cpu_saturated(2, 2, 2, on_gpu=False)
+    _, snippet = cpu_saturated.fix(2, 2, 2, on_gpu=False)
     assert "workers = 1 (was 2)" in snippet and "torch.set_num_threads(1)" in snippet
-    _, snippet = fixes.cpu_saturated(8, 2, 8, on_gpu=False)
+    _, snippet = cpu_saturated.fix(8, 2, 8, on_gpu=False)
     assert "workers = 2  #" in snippet and "torch.set_num_threads(6)" in snippet

@@ -12,8 +12,10 @@ from torch import nn
 from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader, Dataset
 
+from gpufeed.doctor.clock import batch_size_of
 from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.watch import Watcher, batch_size_of
+from gpufeed.doctor.report import Note
+from gpufeed.doctor.watch import Watcher
 from gpufeed.doctor.wrapper import watch
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -155,7 +157,6 @@ def test_host_samples_are_taken_in_the_background() -> None:
 
 
 def test_watch_report_uses_the_rules() -> None:
-    pytest.importorskip("gpufeed.doctor.rules")
     loader = DataLoader(SlowDataset(size=48, delay_s=0.004), batch_size=4)
     model = nn.Linear(3, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -191,10 +192,11 @@ def test_the_profiled_window_follows_the_watched_steps() -> None:
     known_step(watcher)  # the second recorded step ends: done
     assert watcher.done and not known_step(watcher) and watcher.steps_closed == 6
     assert [step.operators for step in watcher.profile.steps] == [10, 10] and watcher.profile.reason is None
-    context = watcher.context()
-    assert context["profile"]["operators_per_step"] == 10 and context["profile"]["steps"] == 2
-    assert "kernel launches: the device is the CPU (its operators are counted)" in context["unmeasured"]
-    assert not any(line.startswith("operators and kernel launches") for line in context["unmeasured"])
+    seen = watcher.observe()
+    assert seen.profile.operators_per_step == 10 and len(seen.profile.steps) == 2
+    lines = [note.text for note in seen.notes]
+    assert "kernel launches: the device is the CPU (its operators are counted)" in lines
+    assert not any(line.startswith("operators and kernel launches") for line in lines)
     assert [record.kernel_launches for record in watcher.records] == [None, None]  # watched steps: not profiled
     watcher.close()
 
@@ -203,8 +205,9 @@ def test_without_profiling_the_watch_ends_with_the_watched_steps() -> None:
     watcher = Watcher(steps=2, warmup=0, profile_steps=0)
     for _ in range(3):
         known_step(watcher)
-    assert watcher.done and watcher.profile is None and watcher.context()["profile"] is None
-    assert "operators and kernel launches: not profiled (profile_steps=0)" in watcher.context()["unmeasured"]
+    assert watcher.done and watcher.profile is None and watcher.observe().profile is None
+    assert Note("unmeasured", "operators and kernel launches: not profiled (profile_steps=0)") in \
+        watcher.observe().notes
 
 
 def test_a_loop_that_ends_inside_the_profiled_window_keeps_what_was_profiled() -> None:
@@ -212,12 +215,12 @@ def test_a_loop_that_ends_inside_the_profiled_window_keeps_what_was_profiled() -
     for _ in range(2 + 3):  # a start, the watched step, the profiler's warm-up and 2 recorded steps
         known_step(watcher)
     assert not watcher.done
-    assert watcher.context()["profile"] is None  # still running: nothing to report yet, and it says so
-    assert any("had not ended" in line for line in watcher.context()["unmeasured"])
+    assert watcher.observe().profile is None  # still running: nothing to report yet, and it says so
+    assert any("had not ended" in note.text for note in watcher.observe().notes)
     watcher.close()  # the loop ended
     assert watcher.done and [step.operators for step in watcher.profile.steps] == [10, 10]
-    assert ("operators and kernel launches: 2 of 5 steps profiled (the loop ended first)"
-            in watcher.context()["unmeasured"])
+    assert (Note("unmeasured", "operators and kernel launches: 2 of 5 steps profiled (the loop ended first)")
+            in watcher.observe().notes)
 
 
 def test_many_tiny_operators_are_launch_overhead_on_the_cpu() -> None:
@@ -264,4 +267,4 @@ def test_cuda_copies_waits_and_compute_are_recorded() -> None:
     assert [r.copy_pageable_bytes for r in records] == [nbytes, 0, nbytes, 0]
     assert all(r.sync_count >= 1 and r.sync_s > 0 for r in records)
     assert all(r.compute_s is not None and 0 < r.compute_s <= r.wall_s * 1.05 for r in records)
-    assert w.watcher.context()["memory_peak_bytes"] > 0
+    assert w.watcher.observe().memory.peak_bytes > 0

@@ -2,13 +2,11 @@
 
 import pytest
 
-from gpufeed.doctor.rules import diagnose
+from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Observation, Ranks, StepShape
 from gpufeed.measure.steps import StepRecord
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
 from gpufeed.train.events import TrainResult, verdict
-
-GPU = {"device": "cuda:0", "cpu_count": 16, "threads": 8, "loader_workers": 8, "loader_pin_memory": True,
-       "batch_size": 256, "dtype_float64_seen": False, "autocast_seen": True, "unmeasured": []}
 
 
 def train_verdict(busy: float, wait: float = 0.0) -> str:
@@ -26,7 +24,9 @@ def doctor_healthy(busy: float) -> bool:
     records = [StepRecord(index=i, start_s=0.1 * i, wall_s=0.1, data_wait_s=0.0, copy_s=0.0, copy_bytes=0,
                           copy_pageable_bytes=0, compute_s=busy * 0.1, sync_count=0, sync_s=0.0, batch_size=256,
                           float64_ops=0, kernel_launches=200) for i in range(50)]
-    return "compute_bound" in {finding.kind for finding in diagnose(records, [], GPU).findings}
+    seen = Observation(tuple(records), (), "cuda:0", Host(16, 8), LoaderSettings(8, True, 0.0),
+                       MemoryReading(None, None, None), None, StepShape(256, 1, 256), False, True, Ranks(), (), None)
+    return "compute_bound" in {finding.kind for finding in diagnose(seen).findings}
 
 
 def test_the_shared_figure_is_eighty_percent():

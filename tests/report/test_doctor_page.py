@@ -155,3 +155,18 @@ def test_profiled_steps_are_a_table_of_counts_and_shares():
         assert share in text
     del document["timeline"]["profile"]
     assert "Profiled steps" not in visible(parse_page(render(document)))
+
+
+def test_notes_about_the_run_and_what_was_not_measured_are_apart():
+    document = load()
+    run_note = "periodic stalls: a beat longer than 15 steps cannot show in 30 watched steps"
+    document["unmeasured"] = [run_note] + document["unmeasured"]
+    document["notes"] = [run_note]
+    text = visible(parse_page(render(document)))
+    about, missing = text.index("About the run"), text.index("Not measured")
+    assert about < text.index(run_note) < missing  # under its own heading, not under "Not measured"
+    assert text.count(run_note) == 1
+    assert missing < text.index("device memory: the device is the CPU")
+    del document["notes"]  # a document written before notes were typed: every line is under "Not measured"
+    text = visible(parse_page(render(document)))
+    assert "About the run" not in text and text.index("Not measured") < text.index(run_note)

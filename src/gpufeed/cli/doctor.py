@@ -88,7 +88,9 @@ def _findings_table(report) -> Table:
     return table
 
 
-def _show(report, watcher, problem: str | None, unmeasured: list[str]) -> None:
+def _show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
+    """The verdict, the findings with their fixes and gains, the rates and the notes; `shown`, a note already
+    printed (the incomplete watch, in bold)."""
     verdict = report.verdict if report is not None else None
     if verdict is not None:
         busy = "NA" if verdict.device_busy is None else f"{verdict.device_busy:.0%}"
@@ -97,7 +99,7 @@ def _show(report, watcher, problem: str | None, unmeasured: list[str]) -> None:
     if problem:
         console.print(Text(f"watch incomplete: {problem}", style="bold red"))
     if report is None:
-        _show_unmeasured(unmeasured)
+        _show_notes(notes, shown)
         return
     console.print(_findings_table(report))
     for finding in report.findings:
@@ -109,7 +111,7 @@ def _show(report, watcher, problem: str | None, unmeasured: list[str]) -> None:
     console.print(f"loader supplies {_rate(report.loader_samples_per_s)} samples/s; the model consumes "
                   f"{_rate(report.model_samples_per_s)} samples/s when fed instantly (batch size from "
                   f"{'the loader' if watcher.seen.get('batches') else 'the model input'})")
-    _show_unmeasured(report.unmeasured)
+    _show_notes(report.notes, shown)
 
 
 def _show_gains(report) -> None:
@@ -131,36 +133,23 @@ def _try_fixes(args, target: str, script_args: list[str], report):
                             f"({', '.join(e.name for e in planned)}), {args.repeats} pair"
                             f"{'s' if args.repeats > 1 else ''} each of a fresh baseline run and the change: "
                             f"{runs} more runs of the script, {args.steps} steps each")
-    findings, lines = run_experiments(target, script_args, args.module, report, args.steps, args.warmup,
+    findings, notes = run_experiments(target, script_args, args.module, report, args.steps, args.warmup,
                                       args.timeout, args.repeats)
-    return dataclasses.replace(report, findings=findings, unmeasured=report.unmeasured + lines)
+    return dataclasses.replace(report, findings=findings, notes=report.notes + notes)
 
 
-# unmeasured lines that describe how the run was read rather than something missing (clock.py, stalls.py)
-_ABOUT_THE_RUN = ("samples per step:", "step clock:", "other DataLoaders:", "periodic stalls:")
-
-
-def _show_unmeasured(lines: list[str]) -> None:
-    for line in lines:
-        if line.startswith("watch incomplete: "):  # shown in bold above
-            continue
-        prefix = "note" if line.startswith(_ABOUT_THE_RUN) else "not measured"
-        console.print(Text(f"{prefix}: {line}", style="dim"))
-
-
-def _empty_report(watcher, error: str | None, unmeasured: list[str]) -> dict:
-    """The JSON shape with no watched step: a null verdict kind, no findings, and why."""
-    context = watcher.context(error, unmeasured)
-    return {"verdict": {"primary": None, "device_busy": None, "data_wait": None, "steps": 0,
-                        "device": context["device"]},
-            "findings": [], "unmeasured": context["unmeasured"], "loader_samples_per_s": None,
-            "model_samples_per_s": None, "script_error": error,
-            "timeline": {"steps": [], "samples": [dataclasses.asdict(sample) for sample in watcher.samples],
-                         "profile": []}}
+def _show_notes(notes: list, shown=None) -> None:
+    """Each note as the page shows it: about the run ("note") or not measured; `shown` is left out."""
+    for note in notes:
+        if note != shown:
+            prefix = "note" if note.kind == "run" else "not measured"
+            console.print(Text(f"{prefix}: {note.text}", style="dim"))
 
 
 def run(args) -> int:
+    from gpufeed.doctor.diagnose import empty_report
     from gpufeed.doctor.inject import check_target, run_script
+    from gpufeed.doctor.report import Note
     from gpufeed.doctor.watch import Watcher
 
     if not args.command:
@@ -174,22 +163,22 @@ def run(args) -> int:
                         f"steps after {args.warmup} warm-up steps; stopping after {args.timeout:g} s without a step")
     watcher = Watcher(steps=args.steps, warmup=args.warmup, profile_steps=args.profile_steps)
     outcome = run_script(target, script_args, args.module, watcher, timeout_s=args.timeout)
-    unmeasured = []
     problem = outcome.problem
-    if problem and outcome.error is None:
-        unmeasured.insert(0, f"watch incomplete: {problem}")
+    incomplete = Note("run", f"watch incomplete: {problem}") if problem and outcome.error is None else None
+    notes = [incomplete] if incomplete else []
     records = watcher.records
-    report = watcher.report(outcome.error, unmeasured) if records else None
+    report = watcher.report(outcome.error, notes) if records else None
     if args.try_fixes and report is not None and outcome.error is None and not outcome.timed_out:
         report = _try_fixes(args, target, script_args, report)
     elif args.try_fixes:
         why = ("the script raised; fix that first" if outcome.error is not None else
                "no watched step to compare with" if report is None else "the first run stalled")
-        unmeasured.append(f"verified fixes (--try): not tried, {why}")
+        notes.append(Note("unmeasured", f"verified fixes (--try): not tried, {why}"))
         if report is not None:
-            report = dataclasses.replace(report, unmeasured=report.unmeasured + unmeasured[-1:])
+            report = dataclasses.replace(report, notes=report.notes + notes[-1:])
     if args.json != "-":
-        _show(report, watcher, problem, unmeasured if report is None else [])
-    emit_document(report.to_json() if report is not None else _empty_report(watcher, outcome.error, unmeasured),
-                  "doctor", args)
+        _show(report, watcher, problem, notes if report is None else [], shown=incomplete)
+    if report is None:
+        report = empty_report(watcher.observe(outcome.error, notes))
+    emit_document(report.to_json(), "doctor", args)
     return 1 if outcome.error is not None or outcome.timed_out or not records else 0

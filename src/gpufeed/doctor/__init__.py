@@ -1,22 +1,27 @@
 """gpufeed doctor and gpufeed.watch: watch a training loop, name its bottleneck with evidence, and measure the fix.
 
-Modules:
+The flow: inject.py runs the script with hooks.py's instrumentation feeding a Watcher (watch.py); the Watcher's
+`observe()` makes one Observation (observation.py); diagnose.py runs every finding module over it into a Report
+(report.py); with --try, experiments.py and trials.py re-run the script with each leading fix and measure it.
+
+Running and watching:
 - inject.py: run_script, someone else's script run in this process as python would, with a watchdog
-- hooks.py: the instrumentation patched into torch (DataLoader, optimizer, module hooks, CUDA copies and syncs)
-- patching.py: a reversible patch, the first tensor of a batch, the user's line that called a library
-- watch.py: Watcher, events in and one StepRecord per step out; the step clock; the profiled window after
-- wrapper.py: Watch, what gpufeed.watch() returns, an iterable wrapper and a context manager
-- clock.py: what one step holds (batches, samples, accumulation) and the lines that say so
-- profile.py: torch.profiler over a few steps after the watched ones, operators, kernels and device busy time
-- evidence.py: what the rules read (Watch, totals), severity and confidence grading, throughputs
-- rules.py: records and samples in, a Report out; the rules of most kinds and the primary kind
-- launch.py: the launch_overhead rule, from the profiled window
-- memory.py: the memory_pressure rule, device memory and host RAM
-- occupancy.py: NVML utilization against GPM SM activity, an underfilled device as small_batch
-- stalls.py: slow-step outliers and their beat, the periodic_stall and straggler rules
-- fixes.py: each finding's remedy in words and as code
-- report.py: Report, Verdict, Finding, Gain, the kinds and severities, and the report's JSON
-- experiments.py: --try, the change that tests each finding's fix and the check that it took effect
+- hooks.py: Instrumentation, the hooks patched into torch (DataLoader, optimizer, module hooks, CUDA copies/syncs)
+- patching.py: Patch (reversible), the first tensor of a batch, the user's line that called a library
+- watch.py: Watcher, events in and one StepRecord per step out; the step clock; observe(), the Observation
+- clock.py: what one step holds (batches, samples, accumulation) and the notes that say so
+- profile.py: torch.profiler over a few steps after the watched ones: operators, kernels, device busy time
+- wrapper.py: watch() and the WatchedLoop it returns, an iterable wrapper and a context manager
+Judging:
+- observation.py: Observation, the typed, frozen record of a run the findings read, with its parts and Totals
+- findings/: one module per finding kind (detection, fix, --try experiments, meaning); FINDINGS, KINDS
+- grading.py: the shared thresholds, severity and confidence, the host-bound gate, new_finding
+- stalls.py: slow-step outliers and the beat they fall on (periodic_stall's detection)
+- diagnose.py: an Observation in, a Report out: the findings, the primary kind, the verdict, the throughputs
+- report.py: Report, Verdict, Finding, Gain, Note (about the run or not measured), SEVERITIES; the JSON
+Verifying (--try):
+- experiments.py: the changes that test a fix (replayed batches, DataLoader arguments, autocast) and their checks;
+  plan_experiments asks each finding's module which to run
 - async_item.py: the async_item experiment for sync_stall (CUDA), .item() without the wait
-- trials.py: --try runs, pairs of a fresh baseline and the changed run, the median gain and its range
+- trials.py: pairs of a fresh baseline and the changed run, the median gain and its range
 """

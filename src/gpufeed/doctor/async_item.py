@@ -39,7 +39,8 @@ from typing import Any
 
 import torch
 
-from gpufeed.doctor.hooks import _Patch
+from gpufeed.doctor.experiments import Experiment
+from gpufeed.doctor.patching import Patch
 
 # gpufeed's choice: a .tolist() of up to 1024 elements (a metric vector, per-class counts) is a small pinned copy;
 # beyond that the list itself costs more than the wait, and the buffers would grow the pinned-memory cache.
@@ -161,7 +162,7 @@ def defer_reads(changes, reads: StaleReads | None = None) -> StaleReads:
             return method
         return wrap
 
-    changes.patches += [_Patch(torch.Tensor, "item", make(1)), _Patch(torch.Tensor, "tolist", make(MOST_LISTED))]
+    changes.patches += [Patch(torch.Tensor, "item", make(1)), Patch(torch.Tensor, "tolist", make(MOST_LISTED))]
     changes.cleanups.append(reads.clear)
     return reads
 
@@ -172,3 +173,9 @@ def deferred(watcher, changes, baseline) -> str | None:
         return "no .item() or .tolist() of a CUDA tensor was deferred: the script waits some other way (.cpu(), " \
                "float() or print of a device tensor, torch.cuda.synchronize)"
     return None
+
+
+ASYNC_ITEM = Experiment("sync_stall", "async_item", "each CUDA .item() (and small .tolist()) returned its call "
+                        "site's previous value, copied with non_blocking=True to pinned memory instead of waiting "
+                        "for the device (the values the script saw were one step stale: this measures the speed, "
+                        "not the results)", defer_reads, min_warmup=1, check=deferred)

@@ -4,7 +4,7 @@ the report's lines that say what a "step" was when that is not one batch through
 A step is one tick of the step clock (watch.py): one `optimizer.step()` of the first optimizer to step, when any
 steps (with two, as in a GAN, the other's steps fall inside it). With gradient accumulation one step holds several
 batches, so the report's batch size and samples/s count the samples of a step, while small_batch judges the batch
-the model sees (rules.py).
+the model sees (findings/small_batch.py).
 
 - Training batches: each batch is named by the line that asked for it (the first frame outside torch and gpufeed:
   the training loop's `for`, an `evaluate()`'s `for`, a `next(batches)`), which stays the same when a loader or
@@ -25,7 +25,9 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from gpufeed.doctor.hooks import first_tensor
+from gpufeed.doctor.observation import StepShape
+from gpufeed.doctor.patching import first_tensor
+from gpufeed.doctor.report import Note
 
 CLOCKS = {"optimizer": "one optimizer.step()", "manual": "one w.step()", "loader": "one DataLoader batch",
           "forward": "one forward with grad after a backward pass"}
@@ -111,9 +113,9 @@ def batch_shape(steps: list[Held]) -> tuple[int | None, int | None]:
 
 
 def step_shape(steps: list[tuple[int | None, Held]], contents: StepContents, forward_batch: int | None,
-               source: str | None, optimizers: int) -> tuple[dict, list[str]]:
-    """The context's batch keys (batch_size, batches_per_step, loader_batch_size, loader_restart_s) from the
-    watched steps (each its record's batch size and what it held), and the report's lines on what a step was."""
+               source: str | None, optimizers: int) -> tuple[StepShape, list[Note]]:
+    """What a step held, from the watched steps (each its record's batch size and what it held), and the notes
+    on what a step was (about the run)."""
     sizes = Counter(size for size, _ in steps if size is not None)
     batches_per_step, loader_batch = batch_shape([held for _, held in steps])
     rows = contents.rows_per_step.most_common(1)[0][0] if contents.rows_per_step else None
@@ -121,9 +123,8 @@ def step_shape(steps: list[tuple[int | None, Held]], contents: StepContents, for
     step_samples = sizes.most_common(1)[0][0] if sizes else None
     lines = clock_lines(source, batches_per_step, loader_batch, step_samples, optimizers, contents.other_batches,
                         None if sizes else model_rows)
-    return {"batch_size": step_samples if sizes else model_rows and model_rows[0],
-            "batches_per_step": batches_per_step, "loader_batch_size": loader_batch,
-            "loader_restart_s": sum(held.restart_s for _, held in steps)}, lines
+    shape = StepShape(step_samples if sizes else model_rows and model_rows[0], batches_per_step, loader_batch)
+    return shape, [Note("run", line) for line in lines]
 
 
 def clock_lines(source: str | None, batches_per_step: int | None, batch: int | None, step_samples: int | None,

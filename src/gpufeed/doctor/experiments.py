@@ -1,38 +1,31 @@
 """Verified fixes (`gpufeed doctor --try`): re-run the user's own loop with one change and measure what it gains.
 
 Each experiment runs the script again in this process (`run_script`: the same argv, working directory and step
-clock) with one change installed around the doctor's instrumentation: what each change is, which findings get
-which, and the checks that a change took effect are here.
+clock) with one change installed around the doctor's instrumentation. The changes and the checks that a change
+took effect are here; which finding gets which change is its module's `experiments` (findings/<kind>.py):
+- "replay" (input_bound): the DataLoader iterator's `__next__` serves its first REPLAY_BATCHES batches again, in a
+  cycle, so the model runs as if input were free (the upper bound of any input fix, like a synthetic-data run);
+- `loader_experiment`: `DataLoader.__init__` with more workers and persistent_workers, pin_memory, or a doubled
+  batch_size ("workers" for input_bound, "pin_memory" for host_to_device, "double_batch" for small_batch, which
+  changes the optimisation: the gain is in samples/s only, a measurement and not a drop-in fix);
+- `autocast_forward` ("bf16_autocast" for precision on CUDA): the outermost forward under bf16 autocast (a global
+  forward pre-hook enters `torch.autocast`, the post-hook leaves it); the loss outside the forward stays as it was;
+- "async_item" (sync_stall on CUDA): async_item.py.
+`plan_experiments` takes them for the findings of severity high or medium, in the report's order,
+MAX_EXPERIMENTS at most; the rest, and the kinds or devices where no change can act, are notes.
 
 How each is run and compared is in trials.py: `repeats` pairs of a fresh baseline run then the changed run, the
 gain the median of the pair ratios. The first (diagnosis) run is not reused as a baseline: it ran cold.
 
-The experiments, for the findings of severity high or medium, in the report's order, MAX_EXPERIMENTS at most:
-- input_bound: "replay": the DataLoader iterator's `__next__` serves its first REPLAY_BATCHES batches again, in a
-  cycle, so the model runs as if input were free (the upper bound of any input fix, like a synthetic-data run);
-  "workers": `DataLoader.__init__` gets num_workers=min(cores, 8) (the finding's suggestion), persistent_workers
-  and, on CUDA, pin_memory.
-- host_to_device (CUDA, pageable copies): pin_memory=True.
-- small_batch: the DataLoader's batch_size doubled. This changes the optimisation (learning rate, steps per
-  epoch): the gain is in samples/s only, a measurement and not a drop-in fix.
-- precision, float32 on CUDA: the outermost forward under bf16 autocast (a global forward pre-hook enters
-  `torch.autocast`, the post-hook leaves it); the loss outside the forward stays as it was.
-- sync_stall on CUDA: "async_item" (async_item.py): each CUDA `.item()` (and small `.tolist()`) returns its call
-  site's previous value, copied without waiting (non_blocking, into pinned memory), as a one-step-stale log does:
-  the script sees stale values, so the gain is the speed of not waiting, not a check of its results.
-Not tried, with the reason in `unmeasured`: float64 precision (it needs an edit of the script), every experiment on
-a device where it cannot act (sync_stall on the CPU: `.item()` waits for no device), and every other kind.
-
 Limits: the changes reach every DataLoader and every module in the process (a validation loader too). Replayed
 batches are the very objects the loader made (no copy, so no cost per step): a script that changes its batch in
-place sees that change again. A change that did not take (no batch replayed, a loader not rebuilt) is a line in
-`unmeasured`, never a gain.
+place sees that change again. A change that did not take (no batch replayed, a loader not rebuilt) is a note,
+never a gain.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
 import statistics
 import weakref
 from collections import Counter
@@ -42,9 +35,9 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-from gpufeed.doctor.async_item import defer_reads, deferred
-from gpufeed.doctor.hooks import _Patch
-from gpufeed.doctor.report import Finding, Report
+from gpufeed.doctor.findings import BY_KIND
+from gpufeed.doctor.patching import Patch
+from gpufeed.doctor.report import Note, Report
 from gpufeed.doctor.watch import Watcher
 from gpufeed.measure.steps import StepRecord
 
@@ -52,8 +45,6 @@ from gpufeed.measure.steps import StepRecord
 MAX_EXPERIMENTS = 3
 # gpufeed's choice: eight batches to cycle through, as an epoch-free stand-in for the loader's output.
 REPLAY_BATCHES = 8
-# the same cap as rules.MAX_SUGGESTED_WORKERS, used when a finding carries no suggestion
-MAX_WORKERS = 8
 LEADING = ("high", "medium")
 
 
@@ -63,7 +54,7 @@ class Changes:
 
     def __init__(self) -> None:
         self.counts: Counter = Counter()
-        self.patches: list[_Patch] = []
+        self.patches: list[Patch] = []
         self.handles: list = []
         self.cleanups: list[Callable[[], None]] = []
 
@@ -120,7 +111,7 @@ def replay(changes: Changes, batches: int = REPLAY_BATCHES) -> None:
             return batch
         return __next__
 
-    changes.patches.append(_Patch(dataloader._BaseDataLoaderIter, "__next__", make_next))
+    changes.patches.append(Patch(dataloader._BaseDataLoaderIter, "__next__", make_next))
 
 
 def loader_arguments(changes: Changes, change: Callable[[dict], None]) -> None:
@@ -136,7 +127,7 @@ def loader_arguments(changes: Changes, change: Callable[[dict], None]) -> None:
             original(*bound.args, **bound.kwargs)
         return __init__
 
-    changes.patches.append(_Patch(DataLoader, "__init__", make_init))
+    changes.patches.append(Patch(DataLoader, "__init__", make_init))
 
 
 def autocast_forward(changes: Changes, device_type: str, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -163,12 +154,7 @@ def autocast_forward(changes: Changes, device_type: str, dtype: torch.dtype = to
     changes.cleanups.append(leave)  # a run stopped inside a forward (the doctor's stop skips the post-hook)
 
 
-# --- which experiments ------------------------------------------------------------------------------------------
-
-ASYNC_ITEM = Experiment("sync_stall", "async_item", "each CUDA .item() (and small .tolist()) returned its call "
-                        "site's previous value, copied with non_blocking=True to pinned memory instead of waiting "
-                        "for the device (the values the script saw were one step stale: this measures the speed, "
-                        "not the results)", defer_reads, min_warmup=1, check=deferred)
+# --- the DataLoader's experiments and their checks -----------------------------------------------------------
 
 
 def typical_batch(records: list[StepRecord]) -> int | None:
@@ -218,59 +204,22 @@ def replayed(watcher: Watcher, changes: Changes, baseline: list[StepRecord]) -> 
     return None
 
 
-def experiments_for(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
-    """The experiments that test `finding`'s fix, and why (others) are not tried."""
-    evidence = finding.evidence
-    if finding.kind == "input_bound":
-        found = [Experiment("input_bound", "replay", f"replayed the first {REPLAY_BATCHES} batches from memory "
-                            "instead of the DataLoader (the bound if input were free)", replay,
-                            min_warmup=REPLAY_BATCHES, check=replayed)]
-        workers = evidence.get("suggested_workers") or min(os.cpu_count() or 1, MAX_WORKERS)
-        current = evidence.get("loader_workers")
-        more = current is None or current < workers
-        pin = cuda and evidence.get("pin_memory") is not True
-        if more or pin:
-            found.append(loader_experiment("input_bound", "workers", workers=workers if more else None,
-                                           pin_memory=pin))
-            return found, None
-        return found, f"more DataLoader workers: not tried, the loader already has {current} (suggested {workers})"
-    if finding.kind == "host_to_device":
-        if cuda and evidence.get("pin_memory") is not True:
-            return [loader_experiment("host_to_device", "pin_memory", pin_memory=True)], None
-        return [], "not tried: the loader already pins memory, or the device is not CUDA"
-    if finding.kind == "small_batch":
-        return [loader_experiment("small_batch", "double_batch", batch_factor=2)], None
-    if finding.kind == "precision" and "autocast_seen" in evidence:
-        if not cuda:
-            return [], "bf16 autocast: not tried, the device is the CPU"
-        return [Experiment("precision", "bf16_autocast", "the outermost forward under "
-                           "torch.autocast('cuda', dtype=torch.bfloat16)",
-                           lambda changes: autocast_forward(changes, "cuda"))], None
-    if finding.kind == "precision":
-        return [], "not tried: float64 to float32 needs the model and its data cast in the script"
-    if finding.kind == "sync_stall":
-        if not cuda:
-            return [], "not tried: on the CPU, .item() waits for no device, so there is no wait to defer"
-        return [ASYNC_ITEM], None
-    return [], "not tried: no experiment for this kind of finding"
-
-
-def plan_experiments(report: Report) -> tuple[list[Experiment], list[str]]:
-    """The experiments for the report's high and medium findings, in its order (MAX_EXPERIMENTS at most), and a
-    line for each finding or experiment left out."""
+def plan_experiments(report: Report) -> tuple[list[Experiment], list[Note]]:
+    """The experiments for the report's high and medium findings (each kind's module chooses them), in its order
+    (MAX_EXPERIMENTS at most), and a note for each finding or experiment left out."""
     cuda = report.verdict.device.startswith("cuda")
     planned, unmeasured = [], []
     leading = [finding for finding in report.findings if finding.severity in LEADING]
     if not leading:
-        return [], ["verified fixes (--try): none tried, no finding of high or medium severity"]
+        return [], [Note("unmeasured", "verified fixes (--try): none tried, no finding of high or medium severity")]
     for finding in leading:
-        found, reason = experiments_for(finding, cuda)
+        found, reason = BY_KIND[finding.kind].experiments(finding, cuda)
         if reason:
-            unmeasured.append(f"verified fix for {finding.kind}: {reason}")
+            unmeasured.append(Note("unmeasured", f"verified fix for {finding.kind}: {reason}"))
         for experiment in found:
             if len(planned) < MAX_EXPERIMENTS:
                 planned.append(experiment)
             else:
-                unmeasured.append(f"verified fix for {finding.kind} ({experiment.name}): not tried, --try runs "
-                                  f"{MAX_EXPERIMENTS} experiments at most")
+                unmeasured.append(Note("unmeasured", f"verified fix for {finding.kind} ({experiment.name}): not "
+                                                     f"tried, --try runs {MAX_EXPERIMENTS} experiments at most"))
     return planned, unmeasured

@@ -35,9 +35,8 @@ import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from gpufeed.doctor.patching import _Patch as _Patch  # re-exported: moved to patching.py
-from gpufeed.doctor.patching import call_site as call_site
-from gpufeed.doctor.patching import first_tensor as first_tensor
+from gpufeed.doctor.patching import Patch, call_site, first_tensor
+from gpufeed.doctor.report import Note
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's text in sync debug mode "warn"
 
@@ -54,7 +53,7 @@ class Instrumentation:
         self.watcher, self.patch_loader, self.stop_when_done = watcher, patch_loader, stop_when_done
         self.stop_requested = False
         self._pid = os.getpid()  # DataLoader workers fork with the hooks installed: they must not count
-        self._patches: list[_Patch] = []
+        self._patches: list[Patch] = []
         self._handles: list = []
         self._forward_handles: list = []
         self._depth = 0  # forwards active now
@@ -183,8 +182,8 @@ class Instrumentation:
                 return iterator
             return __iter__
 
-        self._patches += [_Patch(dataloader._BaseDataLoaderIter, "__next__", make_next),
-                          _Patch(dataloader.DataLoader, "__iter__", make_iter)]
+        self._patches += [Patch(dataloader._BaseDataLoaderIter, "__next__", make_next),
+                          Patch(dataloader.DataLoader, "__iter__", make_iter)]
 
     # --- CUDA copies and waits ----------------------------------------------------------------------------
     def _patch_cuda(self) -> None:
@@ -230,10 +229,10 @@ class Instrumentation:
                 return result
             return synchronize
 
-        self._patches += [_Patch(torch.Tensor, name, make_move) for name in ("to", "cuda", "cpu")]
-        self._patches += [_Patch(torch.Tensor, "copy_", make_copy), _Patch(torch.cuda, "synchronize",
+        self._patches += [Patch(torch.Tensor, name, make_move) for name in ("to", "cuda", "cpu")]
+        self._patches += [Patch(torch.Tensor, "copy_", make_copy), Patch(torch.cuda, "synchronize",
                                                                            make_synchronize)]
-        self._patches += [_Patch(torch.Tensor, name, make_wait) for name in ("item", "tolist")]
+        self._patches += [Patch(torch.Tensor, name, make_wait) for name in ("item", "tolist")]
 
     def _moved(self, source: torch.Tensor, to_device: bool, seconds: float) -> None:
         if to_device:
@@ -251,9 +250,11 @@ class Instrumentation:
             torch.cuda.set_sync_debug_mode("warn")
         except Exception as error:  # an old or odd build: explicit waits are still counted
             self._sync_debug_previous = -1
-            self.watcher.notes.append(f"implicit synchronisations: set_sync_debug_mode failed ({error})")
+            self.watcher.notes.append(Note("unmeasured", f"implicit synchronisations: set_sync_debug_mode failed "
+                                                         f"({error})"))
             return
-        self.watcher.notes.append("implicit synchronisations (torch sync debug mode): counted, time not measured")
+        self.watcher.notes.append(Note("unmeasured", "implicit synchronisations (torch sync debug mode): counted, "
+                                                     "time not measured"))
         self._warnings_saved = (warnings.filters[:], warnings.showwarning)
         warnings.filterwarnings("always", message=SYNC_WARNING)
         warnings.showwarning = self._show_warning

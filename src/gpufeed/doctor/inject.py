@@ -31,32 +31,10 @@ from pathlib import Path
 
 import torch
 
-# Re-exported: these moved to hooks.py, and watch.py, experiments.py, tests and benchmarks import them from here.
-from gpufeed.doctor.hooks import SYNC_WARNING as SYNC_WARNING
-from gpufeed.doctor.hooks import Instrumentation as Instrumentation
-from gpufeed.doctor.hooks import _DoctorStop
-from gpufeed.doctor.hooks import _Patch as _Patch
-from gpufeed.doctor.hooks import first_tensor as first_tensor
+from gpufeed.doctor.hooks import Instrumentation, _DoctorStop
 from gpufeed.errors import GpufeedError
 
 STOP_SIGNAL = getattr(signal, "SIGUSR1", None)
-
-
-def device_memory(cuda: bool, unmeasured: list[str]) -> dict:
-    """Peak allocated and total device memory and the caching allocator's retries (since the process began);
-    Nones, with the reason appended to `unmeasured`, off CUDA or when unreadable."""
-    empty = {"memory_peak_bytes": None, "memory_capacity_bytes": None, "allocator_retries": None}
-    if not cuda or not torch.cuda.is_initialized():
-        unmeasured.append("device memory: the device is the CPU" if not cuda else "device memory: CUDA never used")
-        return empty
-    try:
-        device = torch.cuda.current_device()
-        return {"memory_peak_bytes": int(torch.cuda.max_memory_allocated(device)),
-                "memory_capacity_bytes": int(torch.cuda.get_device_properties(device).total_memory),
-                "allocator_retries": int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))}
-    except Exception as error:  # a build or device that cannot say: NA, not a crash
-        unmeasured.append(f"device memory: unreadable ({type(error).__name__}: {error})")
-        return empty
 
 
 # --- running a script ---------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def call_site() -> tuple[str, int] | None:
     return (frame.f_code.co_filename, frame.f_lineno) if frame is not None else None
 
 
-class _Patch:
+class Patch:
     """`owner.name` replaced by `make(original)`; `restore()` puts back exactly what was there (or nothing)."""
 
     def __init__(self, owner: Any, name: str, make):

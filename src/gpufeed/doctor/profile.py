@@ -18,9 +18,9 @@ What `analyse` takes from the trace, per recorded step (the interval of its "Pro
 
 Limits: the profiler slows each operator by a few microseconds (each nested event is recorded), so profiled
 steps are slower than watched ones (about 1.8x for 100 Linear(8, 8) layers on a 2-core CPU); counts are exact,
-times are the profiled loop's, and kernel durations carry none of the host's overhead (the rules divide them by the
-watched step time). The doctor's own per-module hooks (the forward step clock) count as time outside operators.
-When the script's own torch.profiler is recording, ours does not start (a reason in `unmeasured`); one the script
+times are the profiled loop's, and kernel durations carry none of the host's overhead (the findings divide them by
+the watched step time). The doctor's own per-module hooks (the forward step clock) count as time outside operators.
+When the script's own torch.profiler is recording, ours does not start (a reason in the notes); one the script
 starts while ours runs (or that is in its schedule's wait phase when ours starts) conflicts with ours. kineto in
 torch 2.13 prints "USDT ... profiler_start/stop" lines on standard error: `measure/quiet.py` holds file descriptor
 2 in a temporary file while the profiler is called and writes back every other line.
@@ -29,13 +29,13 @@ torch 2.13 prints "USDT ... profiler_start/stop" lines on standard error: `measu
 from __future__ import annotations
 
 import inspect
-import statistics
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
 
+from gpufeed.doctor.report import Note
 from gpufeed.measure.quiet import without_kineto_noise
 
 # Holistic Trace Analysis, "CUDA kernel launch statistics": a launch costs the CPU 5-20 us; a kernel shorter than
@@ -72,29 +72,6 @@ class ProfileSummary:
     requested: int
     cuda: bool  # kernels were traced
     reason: str | None = None
-
-    def as_context(self) -> dict | None:
-        """The `profile` entry of the doctor's context: means over the recorded steps (None without any)."""
-        steps = self.steps
-        if not steps:
-            return None
-        wall_s = sum(s.wall_s for s in steps)
-        summary = {"steps": len(steps), "requested_steps": self.requested,
-                   "step_ms": 1000.0 * wall_s / len(steps),
-                   "operators_per_step": statistics.fmean(s.operators for s in steps),
-                   "outside_operators_share": sum(s.outside_operators_s for s in steps) / wall_s,
-                   "loader_share": sum(s.loader_s for s in steps) / wall_s,
-                   "kernels_per_step": None, "short_kernel_fraction": None, "mean_kernel_us": None,
-                   "kernel_busy_share": None}
-        if self.cuda:
-            kernels = sum(s.kernels or 0 for s in steps)
-            short, kernel_s = sum(s.short_kernels or 0 for s in steps), sum(s.kernel_s or 0.0 for s in steps)
-            summary.update(kernels_per_step=kernels / len(steps),
-                           short_kernel_fraction=short / kernels if kernels else None,
-                           mean_kernel_us=1e6 * kernel_s / kernels if kernels else None,
-                           kernel_busy_share=sum(s.kernel_busy_s or 0.0 for s in steps) / wall_s)
-        summary["per_step"] = [asdict(step) for step in steps]
-        return summary
 
 
 def union_length(intervals: list[tuple[float, float]]) -> float:
@@ -298,3 +275,22 @@ class StepProfiler:
 def cuda_traced(device: str | None) -> bool:
     """Trace kernels: the script uses CUDA and the profiler here can trace it."""
     return device == "cuda" and torch.cuda.is_available() and can_trace_cuda()
+
+
+def profile_notes(requested: int, running: bool, summary: ProfileSummary | None, watched: bool,
+                  cuda: bool) -> list[Note]:
+    """Why operators or kernels were not counted: `requested` steps to profile, the window still `running`, its
+    `summary` once ended, whether any step was `watched`, the device CUDA."""
+    subject = "operators and kernel launches"
+    if requested == 0:
+        lines = [f"{subject}: not profiled (profile_steps=0)"]
+    elif running:
+        lines = [f"{subject}: the profiled steps had not ended when the report was made"]
+    elif summary is None:
+        lines = [f"{subject}: not profiled, the watched steps did not complete"] if watched else []
+    else:
+        lines = [f"{subject}: {summary.reason}"] if summary.reason else []
+        if not summary.cuda:
+            lines.append("kernel launches: the device is the CPU (its operators are counted)" if not cuda
+                         else "kernel launches: this torch's profiler cannot trace CUDA")
+    return [Note("unmeasured", line) for line in lines]

@@ -1,15 +1,11 @@
-"""Slow steps and slow ranks: steps beyond the typical time (`slow_outliers`), the beat they fall on
-(`stall_period`), and the two rules built on them, `periodic_stall` and `straggler`.
+"""Slow steps: those beyond the typical time (`slow_outliers`), and the beat they fall on (`stall_period`). The
+periodic_stall finding (findings/periodic_stall.py) is built on them.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter
-
-from gpufeed.doctor import fixes
-from gpufeed.doctor.evidence import Watch, confidence, finding, severity
-from gpufeed.doctor.report import Finding
 
 # SageMaker Debugger StepOutlier rule default: a step beyond mean + 3 standard deviations.
 OUTLIER_SIGMAS = 3.0
@@ -19,18 +15,11 @@ STALL_MIN_EXCESS = 0.10
 STALL_CLIP_ROUNDS = 10
 # gpufeed's choice: logging, evaluation and checkpoints come every few steps at least; slow neighbours (gap 1) are
 # a slow phase, and every other step slow (gap 2) is the workload's rhythm (two batch shapes), not a stall. The
-# other conditions of a beat (stall_period) and STALL_SIZE_RATIO were set on simulated 10- to 50-step windows with
-# random slow steps (5-15% of steps 1.2-3x slower: a loaded host). Against the former rules (the most common gap
-# between stalls, a tenth of the largest excess) they find a beat of 6 or 7 steps under 15% noise in 89-93% of
-# windows (against 17-21%), and in noise alone call a beat in 1-19% of windows (against 1-26%).
+# other conditions of a beat (stall_period) and periodic_stall's STALL_SIZE_RATIO were set on simulated 10- to
+# 50-step windows with random slow steps (5-15% of steps 1.2-3x slower: a loaded host). Against the former rules
+# (the most common gap between stalls, a tenth of the largest excess) they find a beat of 6 or 7 steps under 15%
+# noise in 89-93% of windows (against 17-21%), and in noise alone call a beat in 1-19% of windows (against 1-26%).
 MIN_STALL_PERIOD = 3
-# gpufeed's choice: a rank 10% slower than the median holds every other rank at each all-reduce.
-STRAGGLER_EXCESS = 0.10
-# gpufeed's choice: one periodic cause (logging, a checkpoint) stalls by about the same time on each beat; slow steps
-# under a quarter of the largest excess are jitter (a loaded host, a cold cache after a stall), not stalls.
-STALL_SIZE_RATIO = 0.25
-# gpufeed's choice: confidence from the number of stalls on the beat.
-CONFIDENT_STALLS, SOME_STALLS = 5, 3
 
 
 def slow_outliers(walls: list[float]) -> tuple[set[int], float]:
@@ -75,45 +64,3 @@ def stall_period(stalls: list[int], indices: list[int]) -> tuple[int, list[int]]
         return None
     period, phase = best
     return period, [index for index in stalls if index % period == phase]
-
-
-def periodic_stall(watch: Watch) -> Finding | None:
-    walls = [r.wall_s for r in watch.records]
-    flagged, typical = slow_outliers(walls)
-    largest = max((walls[position] - typical for position in flagged), default=0.0)
-    flagged = {position for position in flagged if walls[position] - typical >= STALL_SIZE_RATIO * largest}
-    indices = [r.index for r in watch.records]
-    found = stall_period(sorted(indices[position] for position in flagged), indices)
-    if found is None:
-        longest = len(indices) // 2
-        watch.note(f"periodic stalls: a beat longer than {longest} steps (a checkpoint or evaluation every "
-                   f"{longest + 1} or more) cannot show in {len(indices)} watched steps; watch more steps to see one")
-        return None
-    period, hits = found
-    wall_of = {r.index: r.wall_s for r in watch.records}
-    extra_s = [wall_of[index] - typical for index in hits]
-    share = watch.totals.share(sum(extra_s))
-    evidence = {"period_steps": period, "stalls": len(hits), "extra_ms_per_stall": 1000.0 * statistics.fmean(extra_s),
-                "typical_step_ms": 1000.0 * typical, "stall_share": share}
-    return finding("periodic_stall", severity(share), share, evidence, fixes.periodic_stall(period),
-                   confidence(len(hits), CONFIDENT_STALLS, SOME_STALLS))
-
-
-def straggler(watch: Watch) -> Finding | None:
-    times = watch.get("rank_step_times")
-    world = watch.get("world_size")
-    if not times or len(times) < 2:
-        if world and world > 1:
-            watch.note("per-rank step times: not gathered, so stragglers are unchecked")
-        return None
-    median = statistics.median(times)
-    slowest = max(times)
-    if slowest < median * (1.0 + STRAGGLER_EXCESS):
-        return None
-    rank = times.index(slowest)
-    share = (slowest - median) / slowest  # the median rank waits this share of each synchronized step
-    evidence = {"slowest_rank": rank, "slowest_step_ms": 1000.0 * slowest, "median_step_ms": 1000.0 * median,
-                "slowdown": slowest / median}
-    return finding("straggler", severity(share), share, evidence, fixes.straggler(rank),
-                   confidence(watch.totals.steps))
-

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from gpufeed.doctor.experiments import Changes, Experiment, plan_experiments
 from gpufeed.doctor.inject import describe_exception, run_script
-from gpufeed.doctor.report import Finding, Gain, Report
+from gpufeed.doctor.report import Finding, Gain, Note, Report
 from gpufeed.doctor.watch import Watcher
 from gpufeed.measure.steps import StepRecord
 
@@ -152,18 +152,18 @@ def combined_gain(trials: list[Trial]) -> Gain:
 
 def run_experiments(target: str, args: list[str], is_module: bool, baseline: Report, steps: int, warmup: int,
                     timeout_s: float = 60.0, repeats: int = REPEATS,
-                    runner: Runner = run_once) -> tuple[list[Finding], list[str]]:
+                    runner: Runner = run_once) -> tuple[list[Finding], list[Note]]:
     """The findings of `baseline` (the diagnosis run's report), copies with `gain` set where an experiment measured
-    one, and what was not measured and why. `steps` and `warmup` are per run; the diagnosis run's own steps are not
-    used (see the module docstring)."""
+    one, and notes on what was not measured and why. `steps` and `warmup` are per run; the diagnosis run's own
+    steps are not used (see the module docstring)."""
     planned, unmeasured = plan_experiments(baseline)
     trials = [run_trial(experiment, target, args, is_module, steps, warmup, timeout_s, repeats, runner)
               for experiment in planned]
     findings = []
     for finding in baseline.findings:
         own = [trial for trial in trials if trial.experiment.kind == finding.kind]
-        unmeasured += [f"verified fix for {finding.kind} ({trial.experiment.name}): {trial.problem}"
-                       for trial in own if trial.gain is None]
+        unmeasured += [Note("unmeasured", f"verified fix for {finding.kind} ({trial.experiment.name}): "
+                                          f"{trial.problem}") for trial in own if trial.gain is None]
         measured = [trial for trial in own if trial.gain is not None]
         findings.append(dataclasses.replace(finding, gain=combined_gain(measured)) if measured else finding)
     return findings, unmeasured

@@ -1,8 +1,8 @@
 """Watch a training loop: one `StepRecord` per step, saying where the step's wall time went.
 
 The `Watcher` is told about events (a batch handed out after a wait, a host-to-device copy, a host wait on the
-device, a step boundary) by the instrumentation in inject.py or by the `watch()` wrapper (wrapper.py); it keeps
-the records.
+device, a step boundary) by the instrumentation (hooks.py) or by the `watch()` wrapper (wrapper.py); it keeps
+the records, and `observe()` turns them and what else it saw into the one Observation the findings read.
 
 Step boundaries come from four sources, in priority order: `w.step()` ("manual"), an optimizer step (the global
 post-hook: "optimizer"), the loader handing out a batch ("loader"), and the outermost module's forward that
@@ -35,14 +35,19 @@ from typing import Any
 
 import torch
 
-from gpufeed.doctor.clock import Held, StepContents, step_shape
-from gpufeed.doctor.clock import batch_size_of as batch_size_of  # re-exported: moved to clock.py
-from gpufeed.doctor.profile import PROFILE_STEPS, ProfileSummary, StepProfiler, cuda_traced
+from gpufeed.doctor.clock import Held, StepContents, batch_size_of, step_shape
+from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Observation, ProfileWindow, Ranks
+from gpufeed.doctor.profile import PROFILE_STEPS, ProfileSummary, StepProfiler, cuda_traced, profile_notes
+from gpufeed.doctor.report import Note, Report, unmeasured
 from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.steps import HostSample, StepRecord
 from gpufeed.measure.timing import event_pairs_seconds
 
 SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
+CPU_DEVICE = ("host-to-device copies: the device is the CPU",
+              "sync stalls: the device is the CPU (.item() does not wait for a device)",
+              "device compute time: the device is the CPU; wall time minus data wait is the compute")
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
               "sync_s": 0.0, "batch_size": None, "float64_ops": 0}
 
@@ -70,7 +75,7 @@ class Watcher:
         self.loader_workers: int | None = None
         self.loader_pin_memory: bool | None = None
         self.threads: int | None = None  # torch's intra-op threads as the script left them (None: read now)
-        self.notes: list[str] = []  # what instrumentation could not measure, for the report's unmeasured list
+        self.notes: list[Note] = []  # what the instrumentation could not measure
         self._start_s = self._last_s = time.perf_counter()
         self._sampler: Sampler | None = None
         self._raw: list[tuple[dict, list, Held]] = []  # closed steps past warm-up: fields, CUDA event pairs, Held
@@ -246,51 +251,48 @@ class Watcher:
             samples = [sample for sample in samples if begin_s <= sample.time_s <= end_s + 0.1] or samples
         return samples
 
-    def context(self, script_error: str | None = None, unmeasured: Iterable[str] = ()) -> dict:
-        """What `rules.diagnose` needs besides the records and samples."""
-        from gpufeed.doctor.inject import device_memory
-
+    def observe(self, script_error: str | None = None, notes: Iterable[Note] = ()) -> Observation:
+        """What was watched, typed, for `diagnose`: the one place an Observation is made from a run. `notes`
+        (the caller's: an incomplete watch, say) come after the lines on what a step was."""
+        cuda = self.device == "cuda"
         device = self.device or "cpu"
-        if device == "cuda" and torch.cuda.is_initialized():
+        if cuda and torch.cuda.is_initialized():
             device = f"cuda:{torch.cuda.current_device()} ({torch.cuda.get_device_name()})"
-        lines = list(unmeasured) + self.notes
-        if self.device != "cuda":
-            lines += ["host-to-device copies: the device is the CPU",
-                      "sync stalls: the device is the CPU (.item() does not wait for a device)",
-                      "device compute time: the device is the CPU; wall time minus data wait is the compute"]
-        lines += self._profile_notes()
-        if self._sampler is not None:
-            lines += self._sampler.unmeasured
+        lines = [*notes, *self.notes]
+        if not cuda:
+            lines += unmeasured(CPU_DEVICE)
+        lines += profile_notes(self.profile_steps, self._profiler is not None, self.profile, bool(self._raw), cuda)
+        lines += unmeasured(self._sampler.unmeasured if self._sampler is not None else ())
         if self.float64_seen:
-            lines.append("float64 operations per step: not counted; a float64 model input or parameter was seen")
-        memory = device_memory(self.device == "cuda", lines)
-        batches, shape_lines = step_shape([(record["batch_size"], held) for record, _, held in self._raw],
-                                          self.contents, self.forward_batch_size, self.source, self.seen["optimizers"])
-        lines[:0] = shape_lines
-        return {"device": device, "unmeasured": lines, "cpu_count": os.cpu_count(),
-                "threads": self.threads or torch.get_num_threads(), "loader_workers": self.loader_workers,
-                "loader_pin_memory": self.loader_pin_memory, **batches,
-                "dtype_float64_seen": self.float64_seen, "autocast_seen": self.autocast_seen,
-                "script_error": script_error, "profile": self.profile.as_context() if self.profile else None,
-                **memory}
+            lines += unmeasured(["float64 operations per step: not counted; a float64 model input or parameter "
+                                 "was seen"])
+        memory, memory_notes = device_memory(cuda)
+        watched = [(fields["batch_size"], held) for fields, _, held in self._raw]
+        shape, shape_notes = step_shape(watched, self.contents, self.forward_batch_size, self.source,
+                                        self.seen["optimizers"])
+        restart_s = sum(held.restart_s for _, held in watched)
+        loader = LoaderSettings(self.loader_workers, self.loader_pin_memory, restart_s)
+        return Observation(tuple(self.records), tuple(self.samples), device,
+                           Host(os.cpu_count(), self.threads or torch.get_num_threads()), loader, memory,
+                           ProfileWindow.of(self.profile), shape, self.float64_seen, self.autocast_seen, Ranks(),
+                           tuple(shape_notes + lines + memory_notes), script_error)
 
-    def _profile_notes(self) -> list[str]:
-        """Why operators or kernels were not counted, for the unmeasured list."""
-        subject = "operators and kernel launches"
-        if self.profile_steps == 0:
-            return [f"{subject}: not profiled (profile_steps=0)"]
-        if self._profiler is not None:
-            return [f"{subject}: the profiled steps had not ended when the report was made"]
-        if self.profile is None:
-            return [f"{subject}: not profiled, the watched steps did not complete"] if self._raw else []
-        lines = [f"{subject}: {self.profile.reason}"] if self.profile.reason else []
-        if not self.profile.cuda:
-            lines.append("kernel launches: the device is the CPU (its operators are counted)" if self.device != "cuda"
-                         else "kernel launches: this torch's profiler cannot trace CUDA")
-        return lines
+    def report(self, script_error: str | None = None, notes: Iterable[Note] = ()) -> Report:
+        """The doctor's Report on what was watched (`diagnose`)."""
+        return diagnose(self.observe(script_error, notes))
 
-    def report(self, script_error: str | None = None, unmeasured: Iterable[str] = ()):
-        """The doctor's Report on what was watched (`rules.diagnose`)."""
-        from gpufeed.doctor.rules import diagnose
 
-        return diagnose(self.records, self.samples, self.context(script_error, unmeasured))
+def device_memory(cuda: bool) -> tuple[MemoryReading, list[Note]]:
+    """Peak allocated and total device memory and the caching allocator's retries (since the process began);
+    Nones, with a note saying why, off CUDA or when unreadable."""
+    if not cuda or not torch.cuda.is_initialized():
+        why = "the device is the CPU" if not cuda else "CUDA never used"
+        return MemoryReading(None, None, None), unmeasured([f"device memory: {why}"])
+    try:
+        device = torch.cuda.current_device()
+        return MemoryReading(int(torch.cuda.max_memory_allocated(device)),
+                             int(torch.cuda.get_device_properties(device).total_memory),
+                             int(torch.cuda.memory_stats(device).get("num_alloc_retries", 0))), []
+    except Exception as error:  # a build or device that cannot say: NA, not a crash
+        return MemoryReading(None, None, None), unmeasured([f"device memory: unreadable ({type(error).__name__}: "
+                                                           f"{error})"])

@@ -1,18 +1,19 @@
-"""`Watch`, what `gpufeed.watch()` (watch.py) returns: an iterable wrapper and a context manager around one
-`Watcher`, with the doctor's instrumentation installed while it runs."""
+"""`gpufeed.watch()` and the `WatchedLoop` it returns: an iterable wrapper and a context manager around one
+`Watcher` (watch.py), with the doctor's instrumentation (hooks.py) installed while it runs."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
 
-from gpufeed.doctor.inject import Instrumentation
+from gpufeed.doctor.hooks import Instrumentation
 from gpufeed.doctor.profile import PROFILE_STEPS
+from gpufeed.doctor.report import Report
 from gpufeed.doctor.watch import Watcher
 from gpufeed.measure.steps import StepRecord
 
 
-class Watch:
+class WatchedLoop:
     """What `watch()` returns: an iterable wrapper and a context manager around one `Watcher`."""
 
     def __init__(self, iterable: Iterable | None, steps: int, warmup: int, profile_steps: int = PROFILE_STEPS):
@@ -35,7 +36,7 @@ class Watch:
             self._instrumentation = None
         self.watcher.close()
 
-    def __enter__(self) -> Watch:
+    def __enter__(self) -> WatchedLoop:
         self._install(patch_loader=self._iterable is None)
         return self
 
@@ -73,14 +74,14 @@ class Watch:
     def records(self) -> list[StepRecord]:
         return self.watcher.records
 
-    def report(self):
-        """The doctor's Report (`rules.diagnose`) on the steps watched so far."""
+    def report(self) -> Report:
+        """The doctor's Report (`diagnose`) on the steps watched so far."""
         return self.watcher.report()
 
 
 def watch(iterable: Iterable | None = None, *, steps: int = 50, warmup: int = 5,
-          profile_steps: int = PROFILE_STEPS) -> Watch:
+          profile_steps: int = PROFILE_STEPS) -> WatchedLoop:
     """Watch a training loop from inside it: `for batch in watch(loader): ...`, or `with watch() as w: ...
     w.step()`. Records `steps` steps after `warmup`, profiles `profile_steps` more (0: none), then stops;
     `.records` and `.report()` any time."""
-    return Watch(iterable, steps, warmup, profile_steps)
+    return WatchedLoop(iterable, steps, warmup, profile_steps)

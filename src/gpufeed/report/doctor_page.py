@@ -1,6 +1,7 @@
 """The page of `gpufeed doctor --html`: the verdict, the gap between loader and model, where each watched step's time
 went, the host's readings, the findings with their evidence and fixes, and the gains that were measured. A pure
-function of the saved document; a document with no watched step (the script failed first) still makes a page."""
+function of the saved document; a document with no watched step (the script failed first) still makes a page. The
+meaning of each kind is its finding module's (gpufeed.doctor.findings, which loads no torch)."""
 
 from __future__ import annotations
 
@@ -9,20 +10,9 @@ import math
 import numpy
 from matplotlib.ticker import FuncFormatter
 
+from gpufeed.doctor.findings import MEANINGS
 from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, percent, stacked_bars
 
-MEANINGS = {"input_bound": "the step waits for the next batch (the loader is too slow)",
-            "cpu_saturated": "the host's cores are all busy",
-            "host_to_device": "copies to the device take a large share of the step",
-            "launch_overhead": "the device idles between many small kernels",
-            "sync_stall": "the host waits on the device inside the step",
-            "small_batch": "the device is underfilled: raise the batch or fuse",
-            "precision": "float64 where float32 would do, or float32 where bf16/fp16 would",
-            "memory_pressure": "peak memory near the limit, allocator retries",
-            "periodic_stall": "every N steps a step is much slower",
-            "communication": "gradient all-reduce is not hidden behind compute",
-            "straggler": "one rank is slower than the rest",
-            "compute_bound": "healthy: the device is busy; the next gain is in the model or the kernels"}
 LABELS = {"data wait": "data wait (blocked on the next batch)", "host-to-device": "host-to-device copies (host time)",
           "compute": "compute (device time, CUDA events)", "stalls": "stalls (host waiting on the device)",
           "other host": "other host work (the rest of the step)"}
@@ -53,10 +43,21 @@ def doctor_page(document: dict) -> Page:
     if timeline.get("samples"):
         _host_samples(page, timeline["samples"])
     _findings(page, document["findings"])
-    if document.get("unmeasured"):
-        page.heading("Not measured")
-        page.bullets(document["unmeasured"])
+    _notes(page, document)
     return page
+
+
+def _notes(page: Page, document: dict) -> None:
+    """The notes about the run (the document's `notes`), then the rest of `unmeasured`: what was not measured.
+    Documents written before notes were typed have no `notes`: all their lines are under "Not measured"."""
+    about = document.get("notes") or []
+    missing = [line for line in document.get("unmeasured") or [] if line not in about]
+    if about:
+        page.heading("About the run")
+        page.bullets(about)
+    if missing:
+        page.heading("Not measured")
+        page.bullets(missing)
 
 
 def _profiled(page: Page, profile: list[dict]) -> None:

@@ -1,0 +1,61 @@
+"""host_to_device: copies to the device take a large share of the step, or come from pageable memory.
+
+Found on a GPU when the host's time in host-to-device copies is at least COPY_SHARE of the step, or most copied
+bytes come from pageable memory (PAGEABLE_FRACTION); a cheap pageable copy is graded low by its share.
+--try: pin_memory=True on every DataLoader (CUDA, when the loader does not pin already).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufeed.doctor.grading import confidence, new_finding, severity
+from gpufeed.doctor.report import Finding, Notes
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.experiments import Experiment
+    from gpufeed.doctor.observation import Observation
+
+KIND = "host_to_device"
+MEANING = "copies to the device take a large share of the step"
+# gpufeed's choice: some copy is unavoidable, so twice the 5% input threshold before copies alone are flagged.
+COPY_SHARE = 0.10
+# gpufeed's choice: when most copied bytes come from pageable memory, pinning is the first fix to try.
+PAGEABLE_FRACTION = 0.50
+
+
+def detect(seen: Observation, notes: Notes) -> Finding | None:
+    totals = seen.totals
+    if not seen.on_gpu or (totals.copy_bytes == 0 and totals.copy_s == 0):
+        return None
+    share = totals.share(totals.copy_s)
+    pageable = totals.copy_pageable_bytes / totals.copy_bytes if totals.copy_bytes else 0.0
+    if share < COPY_SHARE and pageable < PAGEABLE_FRACTION:
+        return None
+    evidence = {"copy_share": share, "mean_copy_ms": 1000.0 * totals.copy_s / totals.steps,
+                "copy_mib_per_step": totals.copy_bytes / totals.steps / 2**20, "pageable_fraction": pageable,
+                "copy_gb_per_s": totals.copy_bytes / totals.copy_s / 1e9 if totals.copy_s > 0 else None,
+                "pin_memory": seen.loader.pin_memory}
+    supporting = seen.count(lambda r: r.copy_s >= COPY_SHARE * r.wall_s or r.copy_pageable_bytes > 0)
+    return new_finding(KIND, severity(share), share, evidence, fix(), confidence(supporting))
+
+
+def fix() -> tuple[str, str]:
+    fix = ("Copies to the device take a large share of the step, or come from pageable memory that the driver "
+           "must stage first. Copy from pinned memory (pin_memory=True) with non_blocking=True so the copy "
+           "overlaps compute; send uint8 and convert on the device (4x fewer bytes than float32); keep a dataset "
+           "that fits on the device there (gpufeed.Feed does this with resident=\"auto\").")
+    snippet = ("loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers,\n"
+               "                                     pin_memory=True)\n"
+               "for images_uint8, labels in loader:  # the dataset returns uint8 (N, C, H, W)\n"
+               "    images = images_uint8.to(\"cuda\", non_blocking=True).float().div_(255)\n"
+               "    labels = labels.to(\"cuda\", non_blocking=True)")
+    return fix, snippet
+
+
+def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
+    from gpufeed.doctor.experiments import loader_experiment  # patches torch: loaded for --try only
+
+    if cuda and finding.evidence.get("pin_memory") is not True:
+        return [loader_experiment(KIND, "pin_memory", pin_memory=True)], None
+    return [], "not tried: the loader already pins memory, or the device is not CUDA"

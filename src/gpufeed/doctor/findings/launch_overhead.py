@@ -1,0 +1,148 @@
+"""launch_overhead: the host cannot keep up with the work it hands out, one small operator at a time.
+
+It reads the profiled window (`Observation.profile`, made by profile.py after the watched steps):
+- On CUDA: the device is busy (the union of the profiled kernels per step, over the watched step time:
+  `Observation.device_busy`) less than LOW_DEVICE_BUSY, input waits and syncs do not explain the idle time, most
+  kernels are shorter than a launch (SHORT_KERNEL_FRACTION), and the idle time per launched kernel is
+  launch-sized (at most LAUNCH_DELAY_US). The share is the idle share that waits, copies and syncs leave.
+- On the CPU (the device is the host): the step dispatches many operators (MANY_OPERATORS) and a large share of
+  the profiled step is spent outside them, in the Python between operators (PYTHON_SHARE_*). That share is the
+  finding's share.
+Without kernels in the profile on CUDA (profile_steps=0, or the profiler cannot trace CUDA), the rule falls back
+on the CUDA-event busy share, which counts the gaps between kernels as busy, so it seldom fires; the report says
+so in a note. On the CPU without a profile it is not checked. No --try experiment.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from gpufeed.doctor.grading import (
+    LOW_DEVICE_BUSY,
+    confidence,
+    host_bound_gate,
+    new_finding,
+    no_experiment,
+    severity,
+    unexplained_idle,
+)
+from gpufeed.doctor.report import Finding, Notes
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.observation import Observation, ProfileWindow
+
+KIND = "launch_overhead"
+MEANING = "the device idles between many small kernels"
+# TensorFlow profiler (the file cited for INPUT_SHARE_* in grading.py): kernel launch share, moderate >= 3%,
+# high >= 15%.
+LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH = 0.03, 0.15
+# Holistic Trace Analysis, get_cuda_kernel_launch_stats(launch_delay_cutoff=100): a kernel that waits more than
+# 100 us after its launch is an outlier. Idle time per launched kernel below that is the launch rhythm itself.
+LAUNCH_DELAY_US = 100.0
+# HTA, "short GPU kernels" (shorter than their 5-20 us launch; profile.SHORT_KERNEL_US): when at least half the
+# kernels are short, launches cannot hide behind the work.
+SHORT_KERNEL_FRACTION = 0.50
+# gpufeed's choice (CPU): fusing or compiling pays when a step dispatches hundreds of operators; with fewer (a
+# two-layer model) the per-operator cost is a small sum and the batch size is the lever (small_batch).
+MANY_OPERATORS = 200
+# gpufeed's choice (CPU): loops whose operators do real work keep a tenth or so of the profiled step outside
+# operators (tests/doctor/scripts on a loaded 2-core VM: compute_bound.py 7-16%, oversubscribed.py 8-9%); 100
+# Linear(8, 8) layers on batches of 4 keep 42-45%. Flag from 20%, high from 40%.
+PYTHON_SHARE_MEDIUM, PYTHON_SHARE_HIGH = 0.20, 0.40
+UNPROFILED = "operators and kernel launches"  # the subject of the watcher's own notes on the profile
+
+
+def _agreement(supporting: int, profiled: int) -> str:
+    """Confidence from the profiled steps that show the symptom: all of at least 3 high, half medium."""
+    if profiled >= 3 and supporting == profiled:
+        return "high"
+    return "medium" if 2 * supporting >= profiled and profiled >= 2 else "low"
+
+
+def _on_cuda(seen: Observation, profile: ProfileWindow) -> Finding | None:
+    busy = host_bound_gate(seen)
+    if busy is None:
+        return None
+    share = unexplained_idle(seen, busy)
+    step_s = seen.totals.wall_s / seen.totals.steps
+    kernels, short = profile.kernels_per_step, profile.short_kernel_fraction
+    idle_us = 1e6 * share * step_s / kernels if kernels else None
+    if share < LAUNCH_SHARE_MEDIUM or idle_us is None or idle_us > LAUNCH_DELAY_US or short < SHORT_KERNEL_FRACTION:
+        return None
+    evidence = {"device_busy": busy, "event_span_busy": seen.totals.device_busy, "idle_share": share,
+                "kernel_launches_per_step": kernels, "short_kernel_fraction": short,
+                "mean_kernel_us": profile.mean_kernel_us, "idle_us_per_launch": idle_us,
+                "operators_per_step": profile.operators_per_step, "mean_step_ms": 1000.0 * step_s,
+                "profiled_steps": len(profile.steps)}
+    supporting = sum(1 for s in profile.steps if (s.kernel_busy_s or 0.0) < LOW_DEVICE_BUSY * step_s)
+    return new_finding(KIND, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
+                       fix("cuda"), _agreement(supporting, len(profile.steps)))
+
+
+def _on_cpu(seen: Observation, profile: ProfileWindow) -> Finding | None:
+    # rounded as Totals.share rounds: 0.2 of a step summed over steps must compare as 0.2 with the threshold
+    operators, python = profile.operators_per_step, round(profile.outside_operators_share, 12)
+    if operators < MANY_OPERATORS or python < PYTHON_SHARE_MEDIUM:
+        return None
+    totals = seen.totals
+    model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
+    evidence = {"operators_per_step": operators, "outside_operators_share": python,
+                "host_us_per_operator": 1e6 * model_step_s / operators, "mean_step_ms": 1000.0 * model_step_s,
+                "profiled_step_ms": profile.step_ms, "profiled_steps": len(profile.steps)}
+    supporting = sum(1 for s in profile.steps if s.operators >= MANY_OPERATORS
+                     and s.outside_operators_s >= PYTHON_SHARE_MEDIUM * s.wall_s)
+    return new_finding(KIND, severity(python, PYTHON_SHARE_MEDIUM, PYTHON_SHARE_HIGH), python, evidence,
+                       fix("cpu", seen.batch_size), _agreement(supporting, len(profile.steps)))
+
+
+def _event_span_only(seen: Observation) -> Finding | None:
+    """CUDA without profiled kernels: the idle share of the CUDA-event span, which hides gaps between kernels."""
+    busy = host_bound_gate(seen)
+    if busy is None:
+        return None
+    share = unexplained_idle(seen, busy)
+    launches = [r.kernel_launches for r in seen.steps if r.kernel_launches is not None]
+    per_step = statistics.fmean(launches) if launches else None
+    idle_s = share * seen.totals.wall_s / seen.totals.steps
+    evidence = {"device_busy": busy, "idle_share": share, "kernel_launches_per_step": per_step,
+                "idle_us_per_launch": 1e6 * idle_s / per_step if per_step else None,
+                "mean_step_ms": 1000.0 * seen.totals.wall_s / seen.totals.steps}
+    supporting = seen.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
+    return new_finding(KIND, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
+                       fix("cuda"), confidence(supporting))
+
+
+def detect(seen: Observation, notes: Notes) -> Finding | None:
+    profile = seen.profile
+    if not seen.on_gpu:
+        if profile is None:
+            notes.unmeasured(f"{UNPROFILED}: not profiled, so launch overhead on the CPU is unchecked")
+            return None
+        return _on_cpu(seen, profile)
+    if profile is None or profile.kernels_per_step is None:
+        notes.unmeasured(f"{UNPROFILED}: kernels not profiled, so launch overhead rests on the CUDA-event span, "
+                         f"which counts gaps between kernels as busy")
+        return _event_span_only(seen)
+    return _on_cuda(seen, profile)
+
+
+def fix(device_type: str, batch_size: int | None = None) -> tuple[str, str]:
+    batch = f"batch_size={batch_size * 4}" if batch_size else "a batch 4x larger"
+    if device_type == "cuda":
+        fix = ("The device sits idle between kernels: the host (Python, operator dispatch, kernel launches) is "
+               "slower than the device. Give each launch more work with a larger batch, fuse small operations, "
+               "and let CUDA graphs replay the step with one launch: torch.compile(mode=\"reduce-overhead\").")
+        snippet = ("model = torch.compile(model, mode=\"reduce-overhead\")  # CUDA graphs: the step replays as one "
+                   "launch\n# and a larger batch: more work per kernel for the same number of launches")
+        return fix, snippet
+    fix = ("The step is many small operators and the Python between them: the host spends its time dispatching "
+           "operators, not computing. Make the operators fewer and larger: a larger batch (the same operators, more "
+           "work each), wider layers instead of many narrow ones, and torch.compile, which fuses operators and "
+           "removes the Python between them.")
+    snippet = (f"loader = torch.utils.data.DataLoader(dataset, {batch}, ...)  # same operators, more work each\n"
+               f"model = torch.compile(model)  # fused operators, no Python between them")
+    return fix, snippet
+
+
+experiments = no_experiment

@@ -1,0 +1,120 @@
+"""small_batch: the device is underfilled; raise the batch or fuse.
+
+Judged on the batch the model sees (`Observation.model_batch`: with gradient accumulation one loader batch):
+- on a GPU, two ways: the device is busy but its kernels occupy few SMs (GPM SM activity below
+  LOW_SM_ACTIVITY_PERCENT while the device runs kernels at least LOW_DEVICE_BUSY of the time; utilization.gpu
+  reads 100% whenever any kernel runs, GPM's SM activity the share of SMs that had work; the share is the step
+  time in kernels that left the rest of the SMs idle), or a batch under SMALL_BATCH on a device busy less than
+  LOW_DEVICE_BUSY (the share is the idle share waits, copies and syncs leave; medium when the host-bound gate
+  holds, else low);
+- on the CPU, a batch under SMALL_BATCH whose model time per batch is under SHORT_CPU_STEP_S: a heuristic, low,
+  claiming no share (throughput at other batch sizes is not measured).
+--try: the DataLoader's batch_size doubled (a measurement, not a drop-in fix: it changes the optimisation).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufeed.doctor.grading import LOW_DEVICE_BUSY, confidence, host_bound_gate, new_finding, severity, unexplained_idle
+from gpufeed.doctor.report import Finding, Notes
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.experiments import Experiment
+    from gpufeed.doctor.observation import Observation
+
+KIND = "small_batch"
+MEANING = "the device is underfilled: raise the batch or fuse"
+# gpufeed's choice: below 32 samples a batch rarely fills a GPU; on the CPU a step under 10 ms is short enough that
+# fixed per-step costs (Python, per-operator dispatch of some microseconds) weigh on it.
+SMALL_BATCH = 32
+SHORT_CPU_STEP_S = 0.010
+# NVIDIA DCGM user guide, profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE, what NVML's GPM SM_UTIL reads):
+# "A value of 0.8 or greater is necessary, but not sufficient, for effective use of the GPU. A value less than
+# 0.5 likely indicates ineffective GPU usage." utilization.gpu reads 100% whenever any kernel runs.
+LOW_SM_ACTIVITY_PERCENT = 50.0
+
+
+def underfilled(seen: Observation) -> Finding | None:
+    """The device runs kernels most of the time, but they occupy few of its SMs (GPM SM activity below 50%)."""
+    activity = seen.gpu_activity()
+    sm = activity["sm_activity_percent"]
+    busy = seen.busy()
+    if sm is None or busy is None or busy < LOW_DEVICE_BUSY or sm >= LOW_SM_ACTIVITY_PERCENT:
+        return None
+    share = busy * (1.0 - sm / 100.0)  # step time in kernels that left the rest of the SMs idle: an upper bound
+    batch, batches = seen.model_batch()
+    evidence = {"device_busy": busy, **activity, "batch_size": batch, "sm_idle_share_of_busy": 1 - sm / 100}
+    supporting = sum(1 for sample in seen.samples
+                     if sample.sm_activity_percent is not None and sample.sm_activity_percent < LOW_SM_ACTIVITY_PERCENT)
+    return new_finding(KIND, severity(share), share, evidence, fix(batch, sm, batches), confidence(supporting))
+
+
+def detect(seen: Observation, notes: Notes) -> Finding | None:
+    batch, batches = seen.model_batch()
+    if seen.on_gpu and (found := underfilled(seen)) is not None:
+        return found
+    if batch is None or batch >= SMALL_BATCH:
+        return None
+    totals = seen.totals
+    model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps / batches
+    evidence = {"batch_size": batch, "model_step_ms": 1000.0 * model_step_s, "device_busy": seen.device_busy()}
+    if batches > 1:
+        evidence["batches_per_step"] = batches
+    if seen.on_gpu:
+        busy = seen.busy()
+        if busy is None or busy >= LOW_DEVICE_BUSY:
+            return None
+        evidence["device_busy"] = busy
+        share = unexplained_idle(seen, busy)
+        strong = host_bound_gate(seen) is not None
+        supporting = seen.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
+        return new_finding(KIND, "medium" if strong else "low", share, evidence, fix(batch, accumulated=batches),
+                           confidence(supporting) if strong else "low")
+    if model_step_s >= SHORT_CPU_STEP_S:
+        return None
+    notes.unmeasured("throughput at other batch sizes: not measured, so small_batch on the CPU is a heuristic "
+                     "(batch and step time) and claims no share of the step")
+    return new_finding(KIND, "low", 0.0, evidence, fix(batch, accumulated=batches), "low")
+
+
+def fix(batch_size: int | None, sm_activity_percent: float | None = None,
+                accumulated: int = 1) -> tuple[str, str]:
+    """The fix for an underfilled device: a batch known to be small, or kernels that occupy few SMs (GPM).
+    `accumulated`: batches per optimizer step (gradient accumulation): then the lever is a larger batch with fewer
+    accumulated, the same samples per step."""
+    if batch_size is None or sm_activity_percent is not None:
+        seen = f"the kernels kept only {sm_activity_percent:.0f}% of the SMs busy" if sm_activity_percent is not None \
+            else "the device is underfilled"
+        batch = f"a batch of {batch_size}" if batch_size else "the batch"
+        fix = (f"While the GPU ran kernels, {seen}: each kernel is too small to fill the device. Raise {batch} "
+               f"(and the learning rate with it), fuse small operations with torch.compile, or use a smaller GPU.")
+        snippet = ("model = torch.compile(model)  # fuses small kernels into fewer, larger ones\n"
+                   "loader = torch.utils.data.DataLoader(dataset, batch_size=2 * batch_size, ...)")
+        if accumulated > 1:
+            fix += f" With {accumulated} batches accumulated per step, raise the batch and accumulate fewer."
+        return fix, snippet
+    if accumulated > 1:
+        step = batch_size * accumulated
+        fix = (f"A batch of {batch_size} leaves the device underfilled, and {accumulated} of them are accumulated "
+               f"into each optimizer step ({step} samples). Load larger batches and accumulate fewer: the same "
+               f"{step} samples per step, the same learning rate, fewer and larger operators.")
+        snippet = (f"loader = torch.utils.data.DataLoader(dataset, batch_size={step}, ...)\n"
+                   f"accumulation_steps = 1  # was {accumulated}: still {step} samples per optimizer step\n"
+                   f"# if {step} samples do not fit in memory: batch_size={step // 2 if step >= 2 else 1}, "
+                   f"accumulation_steps = {2 if step >= 2 else 1}")
+        return fix, snippet
+    larger = batch_size * 4
+    fix = (f"A batch of {batch_size} leaves the device underfilled. Raise the batch (try {batch_size * 2} and "
+           f"{larger}) and scale the learning rate with it; if memory is the limit, bf16 autocast halves the "
+           f"activations.")
+    snippet = (f"loader = torch.utils.data.DataLoader(dataset, batch_size={larger}, ...)\n"
+               f"for group in optimizer.param_groups:\n"
+               f"    group[\"lr\"] = base_lr * {larger} / {batch_size}  # linear scaling; warm up if it diverges")
+    return fix, snippet
+
+
+def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
+    from gpufeed.doctor.experiments import loader_experiment  # patches torch: loaded for --try only
+
+    return [loader_experiment(KIND, "double_batch", batch_factor=2)], None

@@ -1,0 +1,221 @@
+"""What the doctor saw of a training loop, typed and frozen: the one thing its findings read.
+
+`Watcher.observe()` (watch.py) builds it, the only place one is made from a run: the watched steps and the host
+samples, the device, the host's cores and torch's threads, the training loader's settings, device memory, the
+profiled window, what a step held, the dtypes seen, the ranks, the notes so far and the script's error. Every
+field is filled there; None inside a part means that reading could not be taken (its reason is a note).
+
+Derived here, for every finding alike: `totals` (sums over the watched steps), `on_gpu`, the batch size, the
+device's busy fraction (`device_busy`, `busy`), the batch the model sees (`model_batch`) and GPM's activity means.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.profile import ProfiledStep, ProfileSummary
+    from gpufeed.doctor.report import Note
+    from gpufeed.measure.steps import HostSample, StepRecord
+
+
+@dataclass(frozen=True)
+class Host:
+    cpu_count: int | None  # os.cpu_count(); None when it cannot tell
+    threads: int  # torch's intra-op threads as the script left them
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """The training DataLoader's settings (None: not read, the loader is not a torch DataLoader)."""
+
+    workers: int | None
+    pin_memory: bool | None
+    restart_s: float  # of the watched steps' data wait, seconds in its __iter__ or final StopIteration
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """Device memory since the process began (None off CUDA or when unreadable)."""
+
+    peak_bytes: int | None  # torch.cuda.max_memory_allocated
+    capacity_bytes: int | None  # the device's total memory
+    allocator_retries: int | None  # the caching allocator's num_alloc_retries
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What a step held (clock.py)."""
+
+    batch_size: int | None  # samples of a step: the most common over the watched steps, else the model's rows
+    batches_per_step: int | None  # training loader batches per step (None: no loader batch)
+    loader_batch_size: int | None  # samples in one loader batch
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """The processes of a distributed run. The doctor watches one process: world_size 1 and no per-rank
+    readings, until the ranks are gathered."""
+
+    world_size: int = 1
+    step_times_s: tuple[float, ...] | None = None  # each rank's mean step time, by rank
+    communication_wait_s: float | None = None  # seconds the watched steps waited on collectives
+
+
+@dataclass(frozen=True)
+class ProfileWindow:
+    """The profiled steps after the watched ones (profile.py): their means, and each step. Seconds and shares of
+    the profiled loop; the kernel fields None when kernels were not traced."""
+
+    steps: tuple[ProfiledStep, ...]
+    requested: int
+    step_ms: float
+    operators_per_step: float
+    outside_operators_share: float
+    kernels_per_step: float | None
+    short_kernel_fraction: float | None
+    mean_kernel_us: float | None
+    kernel_busy_share: float | None
+
+    @classmethod
+    def of(cls, summary: ProfileSummary | None) -> ProfileWindow | None:
+        """The means of `summary`'s recorded steps; None without any."""
+        if summary is None or not summary.steps:
+            return None
+        steps = summary.steps
+        wall_s = sum(s.wall_s for s in steps)
+        kernels = sum(s.kernels or 0 for s in steps)
+        cuda = summary.cuda
+        return cls(steps, summary.requested, 1000.0 * wall_s / len(steps),
+                   statistics.fmean(s.operators for s in steps), sum(s.outside_operators_s for s in steps) / wall_s,
+                   kernels / len(steps) if cuda else None,
+                   sum(s.short_kernels or 0 for s in steps) / kernels if cuda and kernels else None,
+                   1e6 * sum(s.kernel_s or 0.0 for s in steps) / kernels if cuda and kernels else None,
+                   sum(s.kernel_busy_s or 0.0 for s in steps) / wall_s if cuda else None)
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Sums over the watched steps; compute over the steps that measured it."""
+
+    steps: int
+    wall_s: float
+    data_wait_s: float
+    copy_s: float
+    copy_bytes: int
+    copy_pageable_bytes: int
+    sync_s: float
+    sync_count: int
+    compute_s: float | None
+    compute_wall_s: float
+    samples: int | None
+
+    @classmethod
+    def of(cls, records: tuple[StepRecord, ...], batch_size: int | None) -> Totals:
+        timed = [r for r in records if r.compute_s is not None]
+        sizes = [r.batch_size for r in records]
+        if all(size is not None for size in sizes):
+            samples = sum(sizes)
+        else:
+            samples = batch_size * len(records) if batch_size is not None else None
+        return cls(len(records), sum(r.wall_s for r in records), sum(r.data_wait_s for r in records),
+                   sum(r.copy_s for r in records), sum(r.copy_bytes for r in records),
+                   sum(r.copy_pageable_bytes for r in records), sum(r.sync_s for r in records),
+                   sum(r.sync_count for r in records), sum(r.compute_s for r in timed) if timed else None,
+                   sum(r.wall_s for r in timed), samples)
+
+    def share(self, seconds: float) -> float:
+        """seconds / sum(wall_s), rounded to 12 places so that 0.02 / 0.1 compares as 0.2 with a threshold."""
+        return round(seconds / self.wall_s, 12)
+
+    @property
+    def device_busy(self) -> float | None:
+        """sum(compute_s) / sum(wall_s) over the steps with device timing; None off CUDA."""
+        if self.compute_s is None or self.compute_wall_s <= 0:
+            return None
+        return self.compute_s / self.compute_wall_s
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One watched run, as the findings read it (see the module docstring); `Watcher.observe()` makes it."""
+
+    steps: tuple[StepRecord, ...]  # the watched steps
+    samples: tuple[HostSample, ...]  # the background readings taken while they ran
+    device: str | None  # "cpu", "cuda:0 (NVIDIA H200)"; None: not known
+    host: Host
+    loader: LoaderSettings
+    memory: MemoryReading
+    profile: ProfileWindow | None  # None: nothing was profiled (the notes say why)
+    shape: StepShape
+    float64_seen: bool  # a float64 model input or parameter
+    autocast_seen: bool | None  # an outermost forward ran under torch.autocast (None: no forward inspected)
+    ranks: Ranks
+    notes: tuple[Note, ...]  # the instrumentation's and the caller's, in order
+    script_error: str | None  # the script's exception, one line
+
+    @cached_property
+    def batch_size(self) -> int | None:
+        """Samples of a step: the observed shape's, else the most common batch size of the records."""
+        if self.shape.batch_size is not None:
+            return self.shape.batch_size
+        sizes = Counter(r.batch_size for r in self.steps if r.batch_size is not None)
+        return sizes.most_common(1)[0][0] if sizes else None
+
+    @cached_property
+    def totals(self) -> Totals:
+        return Totals.of(self.steps, self.batch_size)
+
+    @property
+    def on_gpu(self) -> bool:
+        """The device is a GPU; when not known, taken as one if the steps carry CUDA-event timing."""
+        return self.device.startswith("cuda") if self.device else self.totals.compute_s is not None
+
+    @property
+    def device_type(self) -> str:
+        """"cuda" or "cpu": the variant of the fix code that runs here."""
+        return "cuda" if self.on_gpu else "cpu"
+
+    def count(self, predicate: Callable[[StepRecord], bool]) -> int:
+        """Watched steps for which `predicate` holds."""
+        return sum(1 for record in self.steps if predicate(record))
+
+    def device_busy(self) -> float | None:
+        """The device's busy fraction of the watched steps: the profiled steps' kernel time (the union of their
+        intervals) per step over the watched step time, when kernels were profiled (kernel durations carry none
+        of the profiler's host overhead, and gaps between kernels do not count); else the CUDA-event span
+        (`Totals.device_busy`, which counts those gaps as busy); None off CUDA."""
+        profile = self.profile
+        if self.on_gpu and profile is not None and profile.kernel_busy_share is not None:
+            kernel_s = profile.kernel_busy_share * profile.step_ms / 1000.0  # per profiled step
+            return min(1.0, kernel_s / (self.totals.wall_s / self.totals.steps))
+        return self.totals.device_busy
+
+    def busy(self) -> float | None:
+        """Device busy fraction: `device_busy()`, else NVML utilization (percent / 100), else None."""
+        measured = self.device_busy()
+        if measured is not None:
+            return measured
+        readings = [s.gpu_utilization_percent for s in self.samples if s.gpu_utilization_percent is not None]
+        return statistics.fmean(readings) / 100.0 if readings else None
+
+    def model_batch(self) -> tuple[int | None, int]:
+        """(the batch the model sees, batches per step): with gradient accumulation (several loader batches per
+        step) one loader batch, else the step's batch."""
+        batches = self.shape.batches_per_step or 1
+        return (self.shape.loader_batch_size if batches > 1 else self.batch_size), batches
+
+    def gpu_activity(self) -> dict:
+        """Means over the host samples: NVML utilization.gpu and, where GPM reads them, SM and tensor activity."""
+        def mean(name: str) -> float | None:
+            values = [getattr(sample, name) for sample in self.samples]
+            values = [value for value in values if value is not None]
+            return statistics.fmean(values) if values else None
+        return {"nvml_utilization_percent": mean("gpu_utilization_percent"),
+                "sm_activity_percent": mean("sm_activity_percent"),
+                "tensor_activity_percent": mean("tensor_activity_percent")}

@@ -1,0 +1,72 @@
+"""The finding modules (gpufeed.doctor.findings): one per kind of the documented vocabulary, each with the same
+interface, none loading torch (the page reads their meanings), and the notes they add typed by what they say."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from observations import host, on_cpu, on_gpu, steps
+
+from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.findings import FINDINGS, KINDS, MEANINGS
+from gpufeed.doctor.grading import NO_EXPERIMENT
+from gpufeed.doctor.report import Finding, Note
+
+DESIGN = Path(__file__).parents[2] / "docs" / "design.md"
+
+
+def vocabulary() -> list[tuple[str, str, str]]:
+    """(kind, where it lives, experiment) for each row of docs/design.md's vocabulary table, in order."""
+    section = DESIGN.read_text(encoding="utf-8").split("## The doctor's vocabulary", 1)[1].split("\n## ", 1)[0]
+    return [(kind, where, tried) for kind, where, tried in
+            re.findall(r"^\| `(\w+)` \| [^|]+ \| ([^|]+) \| ([^|]+) \|$", section, flags=re.MULTILINE)]
+
+
+def test_the_kinds_are_the_documented_vocabulary_one_module_each() -> None:
+    rows = vocabulary()
+    assert KINDS == tuple(kind for kind, _, _ in rows) and len(KINDS) == 12
+    for module, (kind, where, _) in zip(FINDINGS, rows, strict=True):
+        assert module.__name__ == f"gpufeed.doctor.findings.{kind}" and module.KIND == kind
+        assert where.startswith(f"findings/{kind}.py")
+        assert isinstance(module.MEANING, str) and module.MEANING and MEANINGS[kind] == module.MEANING
+        assert all(callable(getattr(module, name)) for name in ("detect", "fix", "experiments"))
+
+
+def test_the_kinds_documented_without_an_experiment_try_none() -> None:
+    for module, (kind, _, tried) in zip(FINDINGS, vocabulary(), strict=True):
+        finding = Finding(kind, "high", 0.5, {}, "fix", "snippet", None, "high")
+        found, reason = module.experiments(finding, True)
+        assert (tried == "none") is (found == [] and reason == NO_EXPERIMENT), kind
+
+
+def test_a_finding_of_another_kind_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown finding kind 'input_bond'"):
+        Finding("input_bond", "high", 0.5, {}, "fix", "snippet", None, "high")
+
+
+def test_neither_the_findings_nor_the_page_load_torch() -> None:
+    code = ("import sys, gpufeed.doctor.findings, gpufeed.doctor.diagnose, gpufeed.report.doctor_page; "
+            "print('torch' in sys.modules)")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "False"
+
+
+def test_notes_say_whether_they_are_about_the_run_or_a_missing_reading() -> None:
+    report = diagnose(on_cpu(steps(20), host(), workers=None, notes=("GPU utilization: NVML not found",)))
+    kinds = {note.subject: note.kind for note in report.notes}
+    assert kinds["periodic stalls"] == "run"  # 20 steps cannot show a beat longer than 10: how the run was read
+    assert kinds["GPU utilization"] == "unmeasured" and kinds["operators and kernel launches"] == "unmeasured"
+    document = report.to_json()
+    assert document["unmeasured"] == [note.text for note in report.notes]  # every line, as before notes were typed
+    assert document["notes"] == [note.text for note in report.notes if note.kind == "run"] != []
+
+
+def test_a_subject_already_noted_is_not_noted_again() -> None:
+    report = diagnose(on_gpu(steps(20, compute=0.03), host(), notes=("autocast: read elsewhere",),
+                             autocast_seen=None))
+    assert [note for note in report.notes if note.subject == "autocast"] == [
+        Note("unmeasured", "autocast: read elsewhere")]
