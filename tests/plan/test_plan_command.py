@@ -54,6 +54,8 @@ def test_a_users_model_from_a_file(tmp_path, capsys):
     (["--model", "cnn", "--input", "3by32"], "cannot read --input"),
     (["--model", "mlp", "--optimizer", "lion"], "unknown optimizer"),
     (["--model", "missing.py:make"], "does not exist"),
+    (["--model", "mlp", "--source-gib", "-1"], "--source-gib must not be negative"),
+    (["--model", "mlp", "--precision", "int8"], "unknown precision 'int8'"),
 ])
 def test_bad_input_is_one_line_and_exit_2(capsys, arguments, words):
     assert main(["plan", *arguments]) == 2
@@ -95,17 +97,17 @@ MLP = ["--model", "mlp", "--input", "3x32x32", "--optimizer", "sgd", "--batch-si
 
 
 def test_gpu_4090_matches_loosely_and_its_host_is_a_workstation_with_24_gib_of_ram_at_least(capsys):
-    document = plan_json(capsys, [*MLP, "--gpu", "4090"])
+    document = plan_json(capsys, [*MLP, "--gpu", "4090", "--source-gib", "2"])
     assert document["host_gpu"] == "NVIDIA GeForce RTX 4090"
     host = document["host"]
     assert host["system"] == "a workstation with 1 card" and host["system_gpus"] == 1
     assert host["ram_minimum_bytes"] == 24 * 2**30 and host["ram_bytes"] == 48 * 2**30  # the GPU's 24 GiB, twice
     # the page cache is a choice apart: 48 GiB + 50,000 x 3,072 bytes (0.14 GiB) -> 64 GiB
     assert host["ram_cache_bytes"] == 64 * 2**30 and host["ram_cache_reason"].startswith("a choice")
-    # disk in GiB: source files (as large as the dataset, not given) + the packed dataset + 4 checkpoints
+    # disk in GiB: the 2 GiB of source files + the packed dataset + 4 checkpoints
     dataset = 50_000 * 3072
-    assert host["disk_bytes"] == 2 * dataset + 4 * 1_707_274 * 8
-    assert "source files 0.14 GiB + packed dataset 0.14 GiB" in host["disk_reason"]
+    assert host["disk_bytes"] == 2 * 2**30 + dataset + 4 * 1_707_274 * 8
+    assert "source files 2.00 GiB + packed dataset 0.14 GiB" in host["disk_reason"]
     assert "GB " not in host["disk_reason"] and "MiB/s" in host["disk_reason"]
 
 
@@ -126,6 +128,9 @@ def test_b200_is_bought_as_an_eight_gpu_server(capsys):
     assert host["psu_watts"] == 15_000 and "NVIDIA DGX B200" in host["reference_system"]
     b200 = next(gpu for gpu in document["gpus"] if gpu["name"] == "NVIDIA B200 (HGX)")
     assert b200["buy_gpus"] == 8 and b200["cost_buy_usd"] == 8 * 35_000
+    # no --source-gib: the source files are counted as large as the packed dataset, and the plan says so
+    assert "source files 0.14 GiB + packed dataset 0.14 GiB" in host["disk_reason"]
+    assert any(line.startswith("source files: not given (--source-gib)") for line in document["unmeasured"])
 
 
 def test_bf16_falls_back_to_fp16_on_t4_and_v100_and_rent_is_per_hour_and_per_job(capsys):
