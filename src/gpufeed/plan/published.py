@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import nn
 
-from gpufeed.train.models import shortcut
+from gpufeed.train.models import Bottleneck
 
 README = "PyTorch/Classification/ConvNets/{model}/README.md"
 CONTAINER = "pytorch-21.03 NGC container"
@@ -64,28 +63,6 @@ PUBLISHED = (
 )
 
 
-class GroupedBottleneck(nn.Module):
-    """ResNeXt's block (Xie et al. 2017): 1x1 conv -> 3x3 conv in `groups` groups (it carries the stride) -> 1x1
-    conv to 4x `planes`, each followed by BN (ReLU after the first two); the shortcut as ResNet's."""
-
-    def __init__(self, in_channels: int, planes: int, stride: int, groups: int = 32, group_width: int = 4):
-        super().__init__()
-        width, out_channels = planes * group_width // 64 * groups, planes * 4
-        self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False)
-        self.bn2 = nn.BatchNorm2d(width)
-        self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out_channels)
-        self.relu = nn.ReLU(inplace=True)
-        self.shortcut = shortcut(in_channels, out_channels, stride)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.relu(self.bn1(self.conv1(x)))
-        out = self.relu(self.bn2(self.conv2(out)))
-        return self.relu(self.bn3(self.conv3(out)) + self.shortcut(x))
-
-
 def resnext101_32x4d(num_classes: int = 1000) -> nn.Module:
     """ResNeXt-101 32x4d for 224 x 224 images: ImageNet stem, stages of 3, 4, 23 and 3 blocks (44,177,704
     parameters at 1000 classes; timm's resnext101_32x4d has 44.18 M), average pool, fc."""
@@ -94,7 +71,8 @@ def resnext101_32x4d(num_classes: int = 1000) -> nn.Module:
     in_channels = 64
     for stage, depth in enumerate((3, 4, 23, 3)):
         for index in range(depth):
-            layers.append(GroupedBottleneck(in_channels, 64 * 2**stage, 2 if stage and not index else 1))
+            layers.append(Bottleneck(in_channels, 64 * 2**stage, 2 if stage and not index else 1, groups=32,
+                                     group_width=4))
             in_channels = 64 * 2**stage * 4
     layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(in_channels, num_classes)]
     return nn.Sequential(*layers)

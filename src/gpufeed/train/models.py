@@ -145,12 +145,14 @@ class Bottleneck(nn.Module):
 
     expansion = 4
 
-    def __init__(self, in_channels: int, width: int, stride: int) -> None:
+    def __init__(self, in_channels: int, planes: int, stride: int, groups: int = 1, group_width: int = 64) -> None:
+        """`groups` and `group_width` make it ResNeXt's block (Xie et al. 2017; 32 and 4 for 32x4d): the 3x3 conv
+        runs in `groups` groups on planes x group_width / 64 x groups channels; 1 and 64 are ResNet-50's."""
         super().__init__()
-        out_channels = width * self.expansion
+        width, out_channels = planes * group_width // 64 * groups, planes * self.expansion
         self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(width)
-        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups, bias=False)
         self.bn2 = nn.BatchNorm2d(width)
         self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
         self.bn3 = nn.BatchNorm2d(out_channels)
