@@ -9,8 +9,9 @@ At benchmark time (never when the library runs) `pip download scikit-image --no-
 PyPI into a temporary folder, and `--count` crops are cut from the photos: each side drawn from a triangular
 distribution on 250..450 px (mode 250, so the mean is about 315; capped at the photo's side), the region
 taken at a random scale between "just fits" and 1 and resized to that size with LANCZOS, saved as JPEG
-quality 90 (Pillow, 4:2:0), one class subfolder per photo. With the default seed: mean 314 x 314 px, 29 KB, as in the
-issue's anchor (314 x 311 px, about 29 KB). Everything is written under one temporary folder, removed at the end.
+quality 90 (Pillow, 4:2:0), one class subfolder per photo. With the default seed: mean 317 wide x 314 high,
+29.8 KB, close to the issue's anchor (314 x 311 px, about 29 KB). Everything is written under one temporary
+folder, removed at the end.
 
 Every pipeline gives batches of `--batch-size` RandomResizedCrop 224 (torchvision's rule: scale 0.08-1,
 ratio 3/4-4/3) + horizontal flip, as normalised float32 (B, 3, 224, 224):
@@ -55,7 +56,7 @@ from gpufeed.data.augment import to_float
 from gpufeed.data.feed import Feed
 from gpufeed.data.pack import pack
 from gpufeed.data.reader import open_packed
-from gpufeed.data.resize import CropResizer, resize_into
+from gpufeed.data.resize import CropResizer, resize_planes
 from gpufeed.data.staging import OutputPool, SlotPool, Staging
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -105,29 +106,42 @@ def cut_photos(photos: list[Image.Image], count: int, folder: Path, seed: int = 
 
 
 class PhotoFolder(torch.utils.data.Dataset):
-    """What a typical ImageNet training script does per sample: PIL decode, RandomResizedCrop (the box by
-    torchvision's rule), flip, float conversion, normalisation."""
+    """What a typical ImageNet training script does per sample, as torchvision's transforms do it: PIL decode,
+    RandomResizedCrop (PIL crop box resized with BILINEAR), RandomHorizontalFlip, ToTensor (a contiguous
+    (C, H, W) copy, float, / 255) and Normalize (in place). The boxes follow torchvision's rule
+    (`gpufeed.data.crops`), drawn for every sample of the folder at once each time a worker has used them all,
+    so that drawing costs what torchvision's scalar `get_params` does per sample, nearly nothing."""
 
     def __init__(self, files: list[tuple[str, int]], mean, std, size: int = IMAGE_SIZE):
         self.files, self.size = files, size
         self.mean = torch.tensor(mean, dtype=torch.float32).view(3, 1, 1) / 255
         self.std = torch.tensor(std, dtype=torch.float32).view(3, 1, 1) / 255
+        sizes = np.array([Image.open(path).size for path, _ in files])  # (width, height) from each header
+        self.widths, self.heights = sizes[:, 0], sizes[:, 1]
+        self._boxes, self._used = None, 0
 
     def __len__(self) -> int:
         return len(self.files)
 
+    def _box(self, index: int) -> np.ndarray:
+        if self._boxes is None or self._used == len(self):
+            uniforms = torch.rand((len(self), crops.UNIFORMS_PER_SAMPLE), dtype=torch.float64).numpy()  # per worker
+            self._boxes, self._used = crops.random_resized_boxes(self.heights, self.widths, uniforms), 0
+        self._used += 1
+        return self._boxes[index]
+
     def __getitem__(self, index: int):
         path, label = self.files[index]
-        uniforms = torch.rand(crops.UNIFORMS_PER_SAMPLE + 1, dtype=torch.float64).numpy()  # seeded per worker
         with Image.open(path) as image:
             image = image.convert("RGB")
-        top, left, height, width = crops.random_resized_boxes([image.height], [image.width], uniforms[None, :-1])[0]
+        top, left, height, width = (int(v) for v in self._box(index))
         image = image.resize((self.size, self.size), Image.Resampling.BILINEAR,
-                             box=(int(left), int(top), int(left + width), int(top + height)))
-        if uniforms[-1] < 0.5:
+                             box=(left, top, left + width, top + height))
+        if torch.rand(1).item() < 0.5:
             image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        tensor = torch.from_numpy(np.asarray(image, dtype=np.float32)).permute(2, 0, 1) / 255  # (C, H, W)
-        return (tensor - self.mean) / self.std, label
+        tensor = torch.from_numpy(np.array(image, np.uint8, copy=True)).permute(2, 0, 1).contiguous()
+        tensor = tensor.to(torch.float32).div(255)
+        return tensor.sub_(self.mean).div_(self.std), label
 
 
 def compressed_staging(feed: Feed):
@@ -150,11 +164,11 @@ def compressed_staging(feed: Feed):
 
 
 def time_per_image(dataset, batch_size: int, repeats: int = 7) -> dict[str, float]:
-    """Median microseconds an image for each stage of `Feed`'s CPU path, on this thread (one intra-op thread),
-    over one batch of RandomResizedCrop 224 boxes: read (the sample's bytes from the payload), decode (simplejpeg
-    into a kept buffer), resize + flip (`resize_into` of the box, half the samples mirrored), everything
-    `CropResizer.stage` does per sample (so its Python and dispatch cost is `stage` minus the three), and the
-    float conversion with normalisation into memory lent by an `OutputPool`."""
+    """Median microseconds an image for each stage of `Feed`'s CPU path on this thread (one intra-op thread),
+    over one batch of RandomResizedCrop 224 boxes with half the samples flipped: per sample, read (its bytes
+    from the payload), decode (simplejpeg into a kept buffer), resize + flip (`resize_planes` into the slot),
+    each timed inside one loop; `CropResizer.stage` of the same batch, whose excess over those three is the
+    Python around them; and the float conversion with normalisation into memory lent by an `OutputPool`."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     samples = np.random.default_rng(0).permutation(len(dataset))[:batch_size]
@@ -162,29 +176,40 @@ def time_per_image(dataset, batch_size: int, repeats: int = 7) -> dict[str, floa
     boxes = crops.batch_boxes(plan, dataset.heights[samples], dataset.widths[samples], 0, 0, 0, batch_size, 0)
     flips = np.arange(batch_size) % 2
     out = torch.empty((batch_size, IMAGE_SIZE, IMAGE_SIZE, 3), dtype=torch.uint8)
+    images, planes = out.unbind(0), out.permute(0, 3, 1, 2).unsqueeze(1).unbind(0)
     buffer = np.empty(int(dataset.heights.max() * dataset.widths.max() * 3), np.uint8)
-    files = [dataset.sample_bytes(sample) for sample in samples.tolist()]
-    decoded = [torch.from_numpy(simplejpeg.decode_jpeg(data, "RGB")) for data in files]
-    views = [image[top:top + height, left:left + width]
-             for image, (top, left, height, width) in zip(decoded, boxes.tolist(), strict=True)]
     cropper, outputs = CropResizer(dataset), OutputPool(2)
     scale, shift = torch.ones(3), torch.zeros(3)
-    stages = {
-        "read": lambda: [dataset.sample_bytes(sample) for sample in samples.tolist()],
-        "decode": lambda: [simplejpeg.decode_jpeg(data, "RGB", buffer=buffer) for data in files],
-        "resize + flip": lambda: [resize_into(view, out[k], bool(flips[k])) for k, view in enumerate(views)],
-        "stage (all of the above)": lambda: cropper.stage(samples, boxes, out, flips),
-        "convert + normalise": lambda: to_float(out, torch.float32, scale, shift, True, outputs.take(
-            (batch_size, IMAGE_SIZE, IMAGE_SIZE, 3), torch.float32).permute(0, 3, 1, 2)),
-    }
-    times: dict[str, list[float]] = {name: [] for name in stages}
-    for _ in range(repeats):
-        for name, run in stages.items():
+
+    def per_sample() -> np.ndarray:
+        spent = np.zeros(3)
+        for k, (sample, (top, left, height, width)) in enumerate(zip(samples.tolist(), boxes.tolist(), strict=True)):
             start = time.perf_counter()
-            run()
-            times[name].append((time.perf_counter() - start) / batch_size * 1e6)
+            data = dataset.sample_bytes(sample)
+            read = time.perf_counter()
+            size = int(dataset.heights[sample]) * int(dataset.widths[sample]) * 3
+            image = simplejpeg.decode_jpeg(data, "RGB", buffer=buffer[:size])
+            decoded = time.perf_counter()
+            crop = torch.from_numpy(image[top:top + height, left:left + width].transpose(2, 0, 1)[None])
+            resize_planes(crop, images[k], planes[k], bool(flips[k]))
+            spent += (read - start, decoded - read, time.perf_counter() - decoded)
+        return spent
+
+    def timed(run) -> float:
+        start = time.perf_counter()
+        run()
+        return time.perf_counter() - start
+
+    rows = []
+    for _ in range(repeats):
+        read, decode, resize = per_sample()
+        stage = timed(lambda: cropper.stage(samples, boxes, out, flips))
+        convert = timed(lambda: to_float(out, torch.float32, scale, shift, True, outputs.take_images(
+            batch_size, (3, IMAGE_SIZE, IMAGE_SIZE), torch.float32, True)))
+        rows.append((read, decode, resize, stage - read - decode - resize, stage, convert))
     torch.set_num_threads(threads)
-    return {name: statistics.median(values) for name, values in times.items()}
+    names = ("read", "decode", "resize + flip", "Python around them", "stage (the four)", "convert + normalise")
+    return dict(zip(names, np.median(np.array(rows), axis=0) / batch_size * 1e6, strict=True))
 
 
 def summarise(name: str, rates: list[float]) -> float:
@@ -236,8 +261,8 @@ def main() -> None:
         files = cut_photos(photos, args.count, folder)
         sizes = np.array([Image.open(path).size for path, _ in files])
         kilobytes = np.mean([os.path.getsize(path) for path, _ in files]) / 1000
-        print(f"  cut {len(files)} JPEGs from {len(PHOTOS)} photographs: mean {sizes[:, 1].mean():.0f} x "
-              f"{sizes[:, 0].mean():.0f} px, {kilobytes:.1f} KB", flush=True)
+        print(f"  cut {len(files)} JPEGs from {len(PHOTOS)} photographs: mean {sizes[:, 0].mean():.0f} wide x "
+              f"{sizes[:, 1].mean():.0f} high, {kilobytes:.1f} KB", flush=True)
         packed = {}
         for encoding in ("jpeg", "raw"):
             path = temporary / f"photos-{encoding}.gpuf"
@@ -291,7 +316,7 @@ def measure(args, files, packed) -> dict[str, float | None]:
         print(f"  (c) staging alone, compressed bytes: NA ({error}: no GPU-decode path in this gpufeed)")
         results["c_bytes"] = None
     breakdown = time_per_image(jpeg, args.batch_size)
-    print("  time per image on one thread, us (median of 7 batches): " +
+    print("  time per image on one thread, us (median of 7 batches of 256): " +
           ", ".join(f"{name} {value:.0f}" for name, value in breakdown.items()), flush=True)
     return results
 

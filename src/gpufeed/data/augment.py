@@ -121,9 +121,11 @@ def to_float(images: torch.Tensor, dtype: torch.dtype, scale: torch.Tensor | Non
     if scale is not None:
         scale, shift = (scale.repeat(width), shift.repeat(width)) if channels_last else \
             (scale.view(1, channels, 1), shift.view(1, channels, 1))
-    step, per_image = batch, height * width * channels * out.element_size()
-    if images.device.type == "cpu" and batch * per_image > 4 * CPU_CHUNK_BYTES:  # smaller batches stay in cache
-        step = max(1, CPU_CHUNK_BYTES // per_image)
+    per_image = height * width * channels * out.element_size()
+    if images.device.type != "cpu" or batch * per_image <= 4 * CPU_CHUNK_BYTES:  # small batches stay in cache
+        _convert(images, out, scale, shift, channels_last)
+        return out
+    step = max(1, CPU_CHUNK_BYTES // per_image)
     for start in range(0, batch, step):
         _convert(images[start:start + step], out[start:start + step], scale, shift, channels_last)
     return out

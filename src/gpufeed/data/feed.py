@@ -99,6 +99,8 @@ class Feed:
         self._shift = (-mean / std).to(self.device, self.dtype) if normalize else None
         self.resident = self._decide_resident(resident)
         self._resident_data: ResidentData | None = None
+        # the CPU path's ring slots and float batches, kept from epoch to epoch: fresh memory costs page faults
+        self._host_memory = OutputPool(2 * (self.prefetch + self.workers) + 2)
         self.epoch, self.position = 0, 0
 
     def _setup_augment(self, augment: str | None, padding: int, image_size) -> None:
@@ -238,11 +240,10 @@ class Feed:
 
     def _iterate_host(self, order: EpochOrder, epoch: int):
         """CPU device: threads gather, augment and convert; the consumer receives finished batches. Resized
-        crops are mirrored as they are resized; float batches go into memory lent by an `OutputPool`."""
+        crops are mirrored as they are resized; slots and float batches are memory lent by an `OutputPool`."""
         stop = threading.Event()
-        shape = (self.batch_size, *self._staged_shape)
-        pool = SlotPool(lambda: torch.empty(shape, dtype=torch.uint8), self.prefetch + self.workers, stop)
-        outputs = OutputPool(self.prefetch + self.workers + 2)  # queued, being prepared, held by the consumer
+        shape, outputs = (self.batch_size, *self._staged_shape), self._host_memory
+        pool = SlotPool(lambda: outputs.take(shape, torch.uint8), self.prefetch + self.workers, stop)
         images = None if self.cropper else self.dataset.images_tensor()
         labels = self.dataset.labels
 

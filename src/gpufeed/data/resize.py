@@ -10,10 +10,13 @@ The crop is then resized with torch's antialiased bilinear filter on uint8 chann
 same triangle filter, widened when shrinking, as Pillow's BILINEAR). A box of exactly the output size is copied.
 
 Both libjpeg-turbo and torch release the GIL, so staging threads decode in parallel. The work is one decoder
-call and one resize call per sample (boxes and scales differ per sample, so there is no batched kernel): the
-Python and torch dispatch around them cost 25 us a sample (raw, box of the output size: a copy) to 50-75 us
-(JPEG, or raw resized), measured on 16x16 samples where the kernels themselves are negligible, beside
-~1.2 ms for a 500x375 JPEG at 224x224.
+call and one resize call per sample (boxes and scales differ per sample, so there is no batched kernel). The
+resize kernel (the one `F.interpolate(mode="bilinear", antialias=True)` calls) is called directly in its out=
+form: it writes into the slot, where `F.interpolate`'s planar (1, C, H, W) result needed a transposing copy,
+and the Python and dispatch around each sample fall from 55-75 us to 35-40 us (measured on 16x16 samples,
+where the kernels themselves are negligible). A flipped sample is mirrored after its resize (torch's
+vectorised flip of the contiguous image, and a copy back: about 35 us for 224x224), so it is exactly the
+unflipped one mirrored.
 
 Measured here (indicative only: 2 shared cores, other jobs running; torch 2.13 CPU build with AVX-512,
 simplejpeg 1.9 / libjpeg-turbo, Pillow 13, OpenCV 5.0 headless; median of 80-100 calls on one thread):
@@ -21,15 +24,13 @@ simplejpeg 1.9 / libjpeg-turbo, Pillow 13, OpenCV 5.0 headless; median of 80-100
   0.54 at 1/8; Pillow 1.85 ms full (open + decode + array), 0.8-1.1 at 1/2 with `draft`. A 1000x1200 JPEG:
   simplejpeg 4.3 ms, 3.0-3.3 at 1/2, 2.7-3.0 at 1/4; Pillow 10.7 ms, 3.6 at 1/2. Entropy decoding does not
   shrink with the scale, so DCT scaling saves 20-45%, not 4x. fastdct/fastupsample: no gain beyond noise
-  here, so left off (exact IDCT). PyTurboJPEG was not measured: it needs a system libturbojpeg, absent here.
+  here, and they part from Pillow's decode (identical by default) by up to 7 and 39 levels on the benchmark's
+  photos, so left off. PyTurboJPEG was not measured: it needs a system libturbojpeg, absent here.
 - resize to 224x224: torch bilinear antialias 0.13 ms from a 230x230 crop, 0.17 from 300x250, 0.43 from
   600x500, 0.77 from 1200x1000; Pillow BILINEAR 3-5x slower; OpenCV INTER_AREA (its antialiased filter)
   3.5-4.5x slower for these non-integer ratios, and INTER_LINEAR does not antialias.
-So per 500x375 training image about 0.7-0.9 ms decoding and 0.1-0.3 ms resizing: decode dominates.
-`CropResizer.stage` of 256 such JPEGs (q90, 58 kB) at RandomResizedCrop 224: 1.2 ms an image on one thread
-(Pillow open + decode + resize(box) + flip per sample: 2.0 ms). Two threads decoding or resizing together ran
-1.5-1.7x faster than one, on these 2 shared cores. With `Feed(device="cpu")` the flip (74 us an image) and the
-float conversion (170 us) follow on the staging threads; on a GPU they run on the device.
+`benchmarks/feed_jpeg.py` times each stage on photos packed at max side 256 (RESULTS.md): there decoding
+takes about half of an image's time, resizing and flipping a quarter, the float conversion the rest.
 """
 
 from __future__ import annotations

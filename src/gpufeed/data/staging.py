@@ -9,7 +9,7 @@ Closing stops the threads promptly (they check a stop flag at every wait), so an
 the process.
 
 `SlotPool` is the ring of reusable staging buffers (pinned on CUDA) that `prepare` fills. `OutputPool` lends the
-memory of the finished batches the CPU path hands out, and lends it again once the consumer has let go of it.
+CPU path's memory (its slots and the finished batches it hands out), and lends it again once it is let go of.
 
 Each staging thread runs its torch operations on one intra-op thread. Batch-sized operations are cheap, and
 letting each staging thread start its own OpenMP team on cores the model is using made every parallel region
@@ -59,7 +59,8 @@ class SlotPool:
 
 
 class OutputPool:
-    """Memory for the batches handed to the consumer, lent again once nothing refers to a batch any more.
+    """Memory for the CPU path's ring slots and the batches it hands to the consumer, lent again once nothing
+    refers to it any more (a `Feed` keeps its pool from epoch to epoch).
 
     Each batch is a tensor over a numpy buffer of the pool, made through a fresh numpy view of it; the tensor's
     memory holds that view, and the pool only a weak reference to it. The view dies with the last tensor that
