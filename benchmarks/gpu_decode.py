@@ -35,6 +35,9 @@ from gpufeed.data.reader import open_packed
 from gpufeed.data.table_writer import TableWriter
 from gpufeed.data.writer import channel_sums
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from feed_gpu import epoch_rate  # noqa: E402
+
 SIDES = (240, 360)
 QUALITY = 90
 CLASSES = 10
@@ -64,15 +67,6 @@ def write_dataset(path: Path, count: int, seed: int = 0) -> float:
             writer.append(blob, height, width, index % CLASSES, sums=channel_sums(image[None]))
             total += len(blob)
     return total / count
-
-
-def epoch_rate(feed: Feed) -> float:
-    torch.cuda.synchronize()
-    start, seen = time.perf_counter(), 0
-    for images, _labels in feed:
-        seen += len(images)
-    torch.cuda.synchronize()
-    return seen / (time.perf_counter() - start)
 
 
 def measure(feed: Feed, repeats: int) -> list[float]:
