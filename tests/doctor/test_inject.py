@@ -202,7 +202,7 @@ def test_the_command_writes_the_report(capsys: pytest.CaptureFixture[str], tmp_p
     assert status == 0 and {"verdict", "findings", "unmeasured"} <= set(document)
     assert document["verdict"]["steps"] == 10 and document["verdict"]["device"] == "cpu"
     leading = document["findings"][0]
-    assert leading["kind"] == "input_bound" and leading["gain"]["measured"] > 1.0  # replayed batches beat the loader
+    assert leading["kind"] == "input_bound" and leading["gain"]["bound"] > 1.0  # replayed batches beat the loader
     assert "verdict:" in captured.out and "findings" in captured.out
     # the notes about the run (10 steps cannot show a beat longer than 5, say) print as "note:", the rest of
     # unmeasured as "not measured:"

@@ -34,7 +34,8 @@ def gpu_run() -> dict:
         sample.update(gpu_utilization_percent=40.0 + index, gpu_memory_used_bytes=3 * 2**30,
                       ram_used_bytes=5 * 2**30, ram_total_bytes=16 * 2**30, sm_activity_percent=30.0,
                       disk_read_bytes_per_s=None)
-    document["findings"][1]["gain"] = {"measured": 1.37, "how": "doubled batch: 30 steps, 250 vs 182 samples/s"}
+    document["findings"][1]["gain"] = {"measured": 1.37, "change": "DataLoader batch_size x2", "range": [1.31, 1.40],
+                                       "pairs": 3, "bound": None, "how": "doubled batch: median of 3 pairs 1.37x"}
     return document
 
 
@@ -63,7 +64,9 @@ def test_the_fixture_makes_a_balanced_page_with_four_charts_and_its_numbers():
     for finding in document["findings"]:
         assert f"{finding['kind']} ({finding['severity']}, {finding['confidence']} confidence)" in text
         assert html.escape(finding["snippet"]) in page
-    assert "106×" in text  # the measured gain, 106.41
+    assert "2.06× (2.01–2.08)" in text and "106×" in text  # the fix's gain with its range; the bound, 106.41
+    assert ("Tried: DataLoader(num_workers=2, persistent_workers=True): 2.06x (2.01–2.08 over 3 pairs); if input "
+            "were free (the bound, not a fix): 106.41x.") in text  # the fix first
     assert "Zero in every step, so not drawn: host-to-device, stalls." in text
     for line in document["unmeasured"]:
         assert html.escape(line) in page

@@ -130,9 +130,17 @@ def test_nan_written_by_another_json_writer_reads_as_null(tmp_path: Path):
 def test_a_zero_or_slower_gain_draws_on_a_linear_axis():
     """A log axis for the gains divided by the smallest gain: 0 raised ZeroDivisionError (a traceback)."""
     doctor = load("doctor")
-    doctor["findings"][0]["gain"]["measured"] = 0.0
+    doctor["findings"][0]["gain"].update(measured=0.0, range=[0.0, 0.0])
     text = visible(parse_page(render(doctor)))
-    assert "Verified: 0× the samples/s." in text
+    assert "Tried: DataLoader(num_workers=2, persistent_workers=True): 0.00x (0.00–0.00 over 3 pairs), slower" in text
+
+
+def test_a_gain_saved_before_the_fix_and_the_bound_were_told_apart_still_draws():
+    """Documents saved by an earlier gpufeed have only `measured` and `how`."""
+    doctor = load("doctor")
+    doctor["findings"][0]["gain"] = {"measured": 106.41, "how": "replayed the first 8 batches: 30 steps"}
+    text = visible(parse_page(render(doctor)))
+    assert "Tried: the change: 106.41x. How: replayed the first 8 batches: 30 steps." in text
 
 
 def test_an_arithmetic_error_in_a_page_is_one_line(monkeypatch: pytest.MonkeyPatch):

@@ -27,7 +27,9 @@ profiler cost); then the script is stopped and the report printed after the scri
 to a file: the script shares standard output.
 With --try the script then runs again for each experiment (3 at most), each with one change (batches replayed
 from memory, more DataLoader workers, a doubled batch, bf16 autocast): --repeats pairs of a fresh baseline run then
-the changed run, and the gain is the median of the pairs' samples/s ratios, with its range. That is 2 x repeats
+the changed run, and the gain is the median of the pairs' samples/s ratios, with its range. A finding's headline is
+the gain of the fix it recommends; replayed batches are the bound if input were free, shown beside it, never as
+the fix's gain; the finding's confidence is at most what the spread of the pairs allows. That is 2 x repeats
 more runs per experiment (18 with the defaults); the first run is not a baseline (it ran cold).
 Exit status: 0 a report, 1 the script raised or no training step was seen, 2 wrong input.
 """
@@ -115,10 +117,14 @@ def _show(report, watcher, problem: str | None, notes: list, shown=None) -> None
 
 
 def _show_gains(report) -> None:
+    from gpufeed.doctor.report import gain_headline
+
     for finding in report.findings:
         if finding.gain is not None:
-            console.print(Text(f"verified: {finding.kind}: {finding.gain.measured:.2f}x — {finding.gain.how}",
-                               style="bold green"))
+            measured = finding.gain.measured is not None
+            console.print(Text(f"{'verified' if measured else 'tried'}: {finding.kind}: "
+                               f"{gain_headline(finding.gain.to_json())}", style="bold green" if measured else "bold"))
+            console.print(Text(f"    how: {finding.gain.how}"))
 
 
 def _try_fixes(args, target: str, script_args: list[str], report):

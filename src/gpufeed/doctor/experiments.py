@@ -4,10 +4,12 @@ Each experiment runs the script again in this process (`run_script`: the same ar
 clock) with one change installed around the doctor's instrumentation. The changes and the checks that a change
 took effect are here; which finding gets which change is its module's `experiments` (findings/<kind>.py):
 - "replay" (input_bound): the DataLoader iterator's `__next__` serves its first REPLAY_BATCHES batches again, in a
-  cycle, so the model runs as if input were free (the upper bound of any input fix, like a synthetic-data run);
+  cycle, so the model runs as if input were free (the upper bound of any input fix, like a synthetic-data run:
+  an experiment of role "bound", reported as `gain.bound`, never as the fix's gain);
 - `loader_experiment`: `DataLoader.__init__` with more workers and persistent_workers, pin_memory, or a doubled
-  batch_size ("workers" for input_bound, "pin_memory" for host_to_device, "double_batch" for small_batch, which
-  changes the optimisation: the gain is in samples/s only, a measurement and not a drop-in fix);
+  batch_size ("workers" and "persistent_workers" for input_bound, "pin_memory" for host_to_device,
+  "double_batch" for small_batch, which changes the optimisation: the gain is in samples/s only, a measurement
+  and not a drop-in fix);
 - `autocast_forward` ("bf16_autocast" for precision on CUDA): the outermost forward under bf16 autocast (a global
   forward pre-hook enters `torch.autocast`, the post-hook leaves it); the loss outside the forward stays as it was;
 - "async_item" (sync_stall on CUDA): async_item.py.
@@ -75,6 +77,9 @@ class Experiment:
     description: str  # what was changed, in words: the start of Gain.how
     install: Callable[[Changes], None]
     min_warmup: int = 0  # warm-up steps the change needs (replay: the batches it caches)
+    # "fix": the change the finding recommends, its gain the finding's `gain.measured`; "bound": a change the
+    # user cannot make (replay: input for free), an upper bound on every fix, the finding's `gain.bound`
+    role: str = "fix"
     # why the change did not take (given the run's watcher, the changes, the baseline's records), or None
     check: Callable[[Watcher, Changes, list[StepRecord]], str | None] = lambda watcher, changes, baseline: None
 

@@ -1,6 +1,7 @@
 """How the finding modules (findings/<kind>.py) grade what they find and build a `Finding`: the shares' shared
-thresholds, severity from a share and confidence from a count of supporting steps, the host-bound gate that
-launch_overhead and small_batch both pass through, and the --try answer of a kind that has no experiment.
+thresholds, severity from a share, confidence from a count of supporting steps (and, after `--try`, from the
+spread of the measured gain's pairs), the host-bound gate that launch_overhead and small_batch both pass
+through, and the --try answer of a kind that has no experiment.
 
 A share is a fraction of the total wall time of the watched steps (`Totals.share`). Thresholds are named
 constants with their source; "gpufeed's choice" marks those no published tool fixes, with the reason.
@@ -8,6 +9,7 @@ constants with their source; "gpufeed's choice" marks those no published tool fi
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.report import Finding
@@ -24,6 +26,10 @@ INPUT_SHARE_HIGH = 0.20
 LOW_DEVICE_BUSY = 0.50
 # gpufeed's choice: confidence from the number of steps (or samples) that show the symptom.
 CONFIDENT_STEPS, SOME_STEPS = 20, 5
+CONFIDENCES = ("low", "medium", "high")
+# gpufeed's choice: a --try gain is trusted as far as its pairs agree. Runs of one script in one process differ by
+# several percent (trials.py), so a spread within 10% of the median is "high", within 25% "medium".
+SPREAD_HIGH, SPREAD_MEDIUM = 0.10, 0.25
 NO_EXPERIMENT = "not tried: no experiment for this kind of finding"
 
 
@@ -34,6 +40,24 @@ def severity(share: float, medium_at: float = INPUT_SHARE_MEDIUM, high_at: float
 
 def confidence(supporting: int, high_at: int = CONFIDENT_STEPS, medium_at: int = SOME_STEPS) -> str:
     return "high" if supporting >= high_at else "medium" if supporting >= medium_at else "low"
+
+
+def spread_confidence(ratios: list[float]) -> str:
+    """How far a measured gain can be trusted from its pairs' ratios: "low" for one pair (no spread to judge) or
+    pairs that disagree on whether the change helped (some below 1, some above); else by the spread
+    (max - min) / median against SPREAD_HIGH and SPREAD_MEDIUM. A 1.00-1.45x range about 1.2 is "low"."""
+    if len(ratios) < 2:
+        return "low"
+    low, high = min(ratios), max(ratios)
+    if low < 1.0 < high:
+        return "low"
+    spread = round((high - low) / statistics.median(ratios), 12)  # 2.1 - 1.9 is 0.20000000000000018
+    return "high" if spread <= SPREAD_HIGH else "medium" if spread <= SPREAD_MEDIUM else "low"
+
+
+def lower_confidence(first: str, second: str) -> str:
+    """The less trusting of two confidences."""
+    return min(first, second, key=CONFIDENCES.index)
 
 
 def new_finding(kind: str, grade: str, share: float, evidence: dict, remedy: tuple[str, str],

@@ -18,8 +18,44 @@ NoteKind = Literal["run", "unmeasured"]
 
 @dataclass(frozen=True)
 class Gain:
-    measured: float  # the speed-up factor measured by an experiment (new samples/s ÷ old)
-    how: str  # what was run, with the number of steps behind it
+    """What `--try` measured for one finding, as speed-up factors (samples/s with the change ÷ without).
+
+    `measured` is the gain of the change the finding recommends (`change`, in words), the median of its pairs,
+    with their range (`low`, `high`) and count; None when that fix has no experiment or its experiment failed
+    (a note says which). `bound` is an upper bound that is not a change to make: for input_bound, the replay of
+    batches from memory ("if input were free"); None when there is none. `how` is every trial's text."""
+
+    measured: float | None
+    how: str
+    change: str | None = None
+    low: float | None = None
+    high: float | None = None
+    pairs: int = 0
+    bound: float | None = None
+
+    def to_json(self) -> dict:
+        return {"measured": self.measured, "change": self.change,
+                "range": None if self.low is None else [self.low, self.high], "pairs": self.pairs,
+                "bound": self.bound, "how": self.how}
+
+
+def gain_headline(gain: dict) -> str:
+    """A finding's JSON `gain` in a line, the recommended fix first: "DataLoader(num_workers=2, ...): 2.07x
+    (2.05–2.07 over 3 pairs); if input were free (the bound, not a fix): 82.46x". A fix not measured says so."""
+    measured, spread, pairs = gain.get("measured"), gain.get("range"), gain.get("pairs") or 0
+    if measured is None:
+        parts = ["the recommended fix was not measured (why: under \"not measured\")"]
+    else:
+        detail = (f" ({spread[0]:.2f}–{spread[1]:.2f} over {pairs} pairs)" if spread and pairs > 1
+                  else " (1 pair)" if pairs == 1 else "")
+        if spread and spread[0] <= 1.0 <= spread[1]:
+            detail += ", not told apart from no change"
+        elif spread and spread[1] < 1.0:
+            detail += ", slower"
+        parts = [f"{gain.get('change') or 'the change'}: {measured:.2f}x{detail}"]
+    if gain.get("bound") is not None:
+        parts.append(f"if input were free (the bound, not a fix): {gain['bound']:.2f}x")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -111,10 +147,8 @@ class Report:
         return [note.text for note in self.notes]
 
     def to_json(self) -> dict:
-        findings = [dataclasses.asdict(finding) for finding in self.findings]
-        for finding in findings:
-            finding["gain"] = finding["gain"] and {"measured": finding["gain"]["measured"],
-                                                   "how": finding["gain"]["how"]}
+        findings = [dict(dataclasses.asdict(finding), gain=finding.gain and finding.gain.to_json())
+                    for finding in self.findings]
         return {"verdict": dataclasses.asdict(self.verdict), "findings": findings, "unmeasured": self.unmeasured,
                 "notes": [note.text for note in self.notes if note.kind == "run"],
                 "loader_samples_per_s": self.loader_samples_per_s, "model_samples_per_s": self.model_samples_per_s,

@@ -9,7 +9,9 @@ Repeats: runs of the same script in one process differ by several percent (the m
 cache), so one ratio carries one run's noise. Each experiment runs `repeats` pairs, a fresh baseline run (no
 change, the same warm-up) then the changed run, alternating: baseline, change, baseline, change, ... The gain is the
 median of the per-pair ratios (changed rate / baseline rate); its text gives the median, the min–max, the pairs and
-the steps per run. The first (diagnosis) run is not reused as a baseline: it ran cold (first imports, the first
+the steps per run. A finding's `gain.measured` is the gain of the change it recommends (an experiment of role
+"fix"); a bound (role "bound": the replay) is `gain.bound`, never the headline; the finding's confidence after
+--try is at most what the spread of the headline's pairs allows (grading.spread_confidence). The first (diagnosis) run is not reused as a baseline: it ran cold (first imports, the first
 CUDA context and kernels, cold file caches), so a ratio against it would credit the change with the warming up.
 
 Time: after the diagnosis run, 2 x repeats runs per experiment (`total_runs`); with experiments.py's
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpufeed.doctor.experiments import Changes, Experiment, plan_experiments
+from gpufeed.doctor.grading import lower_confidence, spread_confidence
 from gpufeed.doctor.inject import describe_exception, run_script
 from gpufeed.doctor.report import Finding, Gain, Note, Report
 from gpufeed.doctor.watch import Watcher
@@ -113,7 +116,8 @@ def compare(experiment: Experiment, pairs: list[tuple[list[StepRecord], list[Ste
     rates = tuple((_rate(baseline, samples), _rate(changed, samples)) for baseline, changed in pairs)
     ratios = [changed / baseline for baseline, changed in rates]
     how = gain_text(experiment.description, ratios, [len(records) for records in runs], unit)
-    return Trial(experiment, Gain(statistics.median(ratios), how), rates, unit)
+    gain = Gain(statistics.median(ratios), how, experiment.description, min(ratios), max(ratios), len(ratios))
+    return Trial(experiment, gain, rates, unit)
 
 
 def run_trial(experiment: Experiment, target: str, args: list[str], is_module: bool, steps: int, warmup: int,
@@ -145,16 +149,33 @@ def total_runs(experiments: int, repeats: int) -> int:
     return 2 * repeats * experiments
 
 
-def combined_gain(trials: list[Trial]) -> Gain:
-    """The first trial's factor; `how` lists every trial's text (each states its own factor)."""
-    return Gain(trials[0].gain.measured, "; ".join(trial.gain.how for trial in trials))
+def finding_gain(trials: list[Trial]) -> Gain | None:
+    """A finding's gain from its measured trials: `measured`, its range and pairs from the first of role "fix"
+    (the change the finding recommends), `bound` from the first of role "bound"; `how` lists every trial's text
+    (each states its own factor). None when no trial measured anything."""
+    if not trials:
+        return None
+    fix = next((trial.gain for trial in trials if trial.experiment.role == "fix"), None)
+    bound = next((trial.gain.measured for trial in trials if trial.experiment.role == "bound"), None)
+    how = "; ".join(trial.gain.how for trial in trials)
+    if fix is None:
+        return Gain(None, how, bound=bound)
+    return dataclasses.replace(fix, how=how, bound=bound)
+
+
+def tried_confidence(finding: Finding, trials: list[Trial]) -> str:
+    """The finding's confidence after --try: the lower of its detection's and the spread of the pairs behind
+    its headline gain (the fix's; the bound's when the fix was not measured)."""
+    headline = next((trial for trial in trials if trial.experiment.role == "fix"), trials[0])
+    return lower_confidence(finding.confidence, spread_confidence(headline.ratios))
 
 
 def run_experiments(target: str, args: list[str], is_module: bool, baseline: Report, steps: int, warmup: int,
                     timeout_s: float = 60.0, repeats: int = REPEATS,
                     runner: Runner = run_once) -> tuple[list[Finding], list[Note]]:
-    """The findings of `baseline` (the diagnosis run's report), copies with `gain` set where an experiment measured
-    one, and notes on what was not measured and why. `steps` and `warmup` are per run; the diagnosis run's own
+    """The findings of `baseline` (the diagnosis run's report), copies with `gain` and `confidence` set where an
+    experiment measured something (`finding_gain`, `tried_confidence`), and notes on what was not measured and
+    why. `steps` and `warmup` are per run; the diagnosis run's own
     steps are not used (see the module docstring)."""
     planned, unmeasured = plan_experiments(baseline)
     trials = [run_trial(experiment, target, args, is_module, steps, warmup, timeout_s, repeats, runner)
@@ -165,5 +186,8 @@ def run_experiments(target: str, args: list[str], is_module: bool, baseline: Rep
         unmeasured += [Note("unmeasured", f"verified fix for {finding.kind} ({trial.experiment.name}): "
                                           f"{trial.problem}") for trial in own if trial.gain is None]
         measured = [trial for trial in own if trial.gain is not None]
-        findings.append(dataclasses.replace(finding, gain=combined_gain(measured)) if measured else finding)
+        if measured:
+            finding = dataclasses.replace(finding, gain=finding_gain(measured),
+                                          confidence=tried_confidence(finding, measured))
+        findings.append(finding)
     return findings, unmeasured

@@ -11,6 +11,7 @@ import numpy
 from matplotlib.ticker import FuncFormatter
 
 from gpufeed.doctor.findings import MEANINGS
+from gpufeed.doctor.report import gain_headline
 from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, percent, stacked_bars
 
 LABELS = {"data wait": "data wait (blocked on the next batch)", "host-to-device": "host-to-device copies (host time)",
@@ -251,11 +252,12 @@ def _findings(page: Page, findings: list[dict]) -> None:
     if not findings:
         page.paragraph("No finding.")
         return
-    page.table(["kind", "severity", "share of step time", "confidence", "verified gain"],
+    page.table(["kind", "severity", "share of step time", "confidence", "verified gain of the fix",
+                "bound if input were free"],
                [(finding["kind"], finding["severity"], percent(finding["share"]), finding["confidence"],
-                 factor(finding["gain"]["measured"]) if finding.get("gain") else "not measured")
+                 _measured(finding.get("gain")), factor((finding.get("gain") or {}).get("bound")))
                 for finding in findings], classes=[f"sev-{finding['severity']}" for finding in findings])
-    _gains(page, [finding for finding in findings if finding.get("gain")])
+    _gains(page, [finding for finding in findings if (finding.get("gain") or {}).get("measured") is not None])
     for finding in findings:
         page.heading(f"{finding['kind']} ({finding['severity']}, {finding['confidence']} confidence)", level=3)
         page.paragraph(MEANINGS.get(finding["kind"], "") + f"; {percent(finding['share'])} of the step time.")
@@ -265,8 +267,17 @@ def _findings(page: Page, findings: list[dict]) -> None:
         if finding.get("snippet"):
             page.code(finding["snippet"])
         gain = finding.get("gain")
-        page.paragraph(f"Verified: {factor(gain['measured'])} the samples/s. How: {gain['how'].rstrip('.')}." if gain
+        page.paragraph(f"Tried: {gain_headline(gain)}. How: {gain['how'].rstrip('.')}." if gain
                        else "Not verified by an experiment.")
+
+
+def _measured(gain: dict | None) -> str:
+    """The table's cell: the fix's median with its range, or why there is none."""
+    if not gain or gain.get("measured") is None:
+        return "not measured"
+    spread = gain.get("range")
+    return factor(gain["measured"]) + (f" ({spread[0]:.2f}–{spread[1]:.2f})" if spread and spread[0] != spread[1]
+                                       else "")
 
 
 def _gains(page: Page, verified: list[dict]) -> None:
@@ -289,6 +300,7 @@ def _gains(page: Page, verified: list[dict]) -> None:
     axes.invert_yaxis()
     axes.set_xlabel("speed-up (samples/s with the change ÷ without)" + (", log scale" if wide else ""))
     axes.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="small", frameon=False)
-    page.chart(figure, "The gains measured by re-running the script with one change each (doctor --try): new "
-                       "samples/s over the first run's; the dashed line is no change. How each was measured is "
-                       "under its finding.")
+    page.chart(figure, "The gains of the recommended fixes, measured by re-running the script with one change "
+                       "each (doctor --try): samples/s with the change over a fresh baseline run's, the median of "
+                       "the pairs; the dashed line is no change. How each was measured, and the bound if input "
+                       "were free, is under its finding.")

@@ -5,8 +5,10 @@ StopIteration) is at least INPUT_SHARE_MEDIUM of the step. The fix suggests min(
 workers; when the loader has that many already, a cheaper sample (gpufeed pack and Feed); when most of the wait is
 its workers starting and stopping (RESTART_SHARE), persistent_workers.
 
---try: "replay" (the loader's first batches served again from memory: the bound if input were free) and
-"workers" (the suggested workers, persistent, pinned on CUDA) while the loader has fewer or does not pin.
+--try: "replay" (the loader's first batches served again from memory: the bound if input were free, reported as
+`gain.bound`) and the recommended fix's own experiment (`gain.measured`): "persistent_workers" when restarts are
+most of the wait, else "workers" (the suggested workers, persistent, pinned on CUDA) while the loader has fewer
+or does not pin.
 """
 
 from __future__ import annotations
@@ -93,18 +95,28 @@ def fix(workers: int | None, on_gpu: bool, current: int | None = None,
 
 
 def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
+    """The replay (the bound if input were free), and the experiment of the fix `fix` recommends: the workers
+    kept alive when restarts are most of the wait; else the suggested workers (and pinned memory on CUDA) while
+    the loader has fewer or does not pin. A cheaper sample (gpufeed pack and Feed) has no experiment: the
+    reason says so, and the finding's measured gain is then None with the bound beside it."""
     # the changes patch torch: imported when --try plans them, so that drawing a page does not load torch
     from gpufeed.doctor.experiments import REPLAY_BATCHES, Experiment, loader_experiment, replay, replayed
 
     evidence = finding.evidence
     found = [Experiment(KIND, "replay", f"replayed the first {REPLAY_BATCHES} batches from memory instead of the "
                         "DataLoader (the bound if input were free)", replay, min_warmup=REPLAY_BATCHES,
-                        check=replayed)]
+                        check=replayed, role="bound")]
     workers = evidence.get("suggested_workers") or min(os.cpu_count() or 1, MAX_SUGGESTED_WORKERS)
     current = evidence.get("loader_workers")
+    restarts = evidence.get("restart_share_of_wait") or 0.0
+    if current and restarts >= RESTART_SHARE:
+        found.append(loader_experiment(KIND, "persistent_workers", workers=current))
+        return found, None
     more = current is None or current < workers
     pin = cuda and evidence.get("pin_memory") is not True
     if more or pin:
         found.append(loader_experiment(KIND, "workers", workers=workers if more else None, pin_memory=pin))
         return found, None
-    return found, f"more DataLoader workers: not tried, the loader already has {current} (suggested {workers})"
+    return found, (f"the fix recommended (a cheaper sample: gpufeed pack and gpufeed.Feed) has no experiment: "
+                   f"the loader already has {current} workers (suggested {workers}), so only the bound if input "
+                   f"were free is measured")
