@@ -20,8 +20,8 @@ from torch.utils.data import DataLoader, dataloader
 from gpufeed.cli.main import main
 from gpufeed.doctor import experiments, trials
 from gpufeed.doctor.experiments import Changes, Experiment, autocast_forward, loader_experiment, plan_experiments
-from gpufeed.doctor.inject import run_script
 from gpufeed.doctor.grading import spread_confidence
+from gpufeed.doctor.inject import run_script
 from gpufeed.doctor.report import Finding, Note, Report, Verdict, gain_headline
 from gpufeed.doctor.trials import Run, run_experiments, run_trial
 from gpufeed.doctor.watch import Watcher

@@ -109,7 +109,7 @@ def test_the_observation_holds_every_reading_of_the_run() -> None:
     assert seen.shape == StepShape(4, 1, 4) and seen.float64_seen is False and seen.autocast_seen is False
     assert seen.memory == MemoryReading(None, None, None)
     assert Note("unmeasured", "device memory: the device is the CPU") in seen.notes
-    assert seen.ranks == Ranks(world_size=1, step_times_s=None, communication_wait_s=None)  # one process
+    assert seen.ranks == Ranks(world_size=1, per_rank=(), missing=())  # one process
     assert [step.operators > 0 for step in seen.profile.steps] == [True] * 5  # the window after the watched steps
 
 

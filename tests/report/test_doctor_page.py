@@ -173,3 +173,21 @@ def test_notes_about_the_run_and_what_was_not_measured_are_apart():
     del document["notes"]  # a document written before notes were typed: every line is under "Not measured"
     text = visible(parse_page(render(document)))
     assert "About the run" not in text and text.index("Not measured") < text.index(run_note)
+
+
+def test_several_ranks_get_their_table_and_one_timeline_row_each():
+    document = load()
+    document["verdict"]["world_size"] = 2
+    document["ranks"] = [
+        {"rank": 0, "steps": 2, "step_ms": 38.0, "data_wait_ms": 0.5, "compute_ms": 1.5, "collective_ms": 36.0,
+         "exposed_ms": 36.0, "bytes_per_step": 2 * 2**20, "problem": None},
+        {"rank": 1, "steps": 2, "step_ms": 38.0, "data_wait_ms": 33.5, "compute_ms": 2.0, "collective_ms": 2.5,
+         "exposed_ms": 2.5, "bytes_per_step": 2 * 2**20, "problem": "stopped: rank 0 failed"}]
+    step = {"index": 0, "start_s": 5.0, "wall_s": 0.038, "data_wait_s": 0.0335, "collective_s": 0.0025,
+            "exposed_s": 0.0025, "bytes": 2 * 2**20, "buckets": 1}
+    document["timeline"]["ranks"] = [{"rank": rank, "steps": [step, dict(step, index=1, start_s=5.038)]}
+                                     for rank in (1, 0)]
+    parsed = parse_page(render(document))
+    assert parsed.charts == 5  # the fixture's four and the ranks' timeline
+    text = visible(parsed)
+    assert "Ranks (2)" in text and "stopped: rank 0 failed" in text and "One row per rank" in text

@@ -18,6 +18,8 @@ EXAMPLES = """examples:
   gpufeed doctor --try train.py                      # also measure what the leading fixes gain
   gpufeed doctor --html report.html train.py         # a page: the step timeline, host readings, findings
   gpufeed doctor --try --repeats 1 train.py          # one pair of runs per experiment: quicker, noisier
+  gpufeed doctor --nproc-per-node 2 train_ddp.py     # 2 ranks through torchrun; stragglers, all-reduce
+  torchrun --nproc-per-node 8 -m gpufeed doctor train_ddp.py   # the same, launched by you (several nodes too)
 
 The script runs in this process as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would: its argv, sys.path[0],
 __name__ == "__main__", your working directory. Steps are found through the DataLoader, the optimizer's step, or
@@ -62,6 +64,9 @@ def register(subparsers) -> None:
     parser.add_argument("--repeats", type=_count(1), default=3, metavar="N",
                         help="with --try: pairs of runs (a fresh baseline, then the change) per experiment; the gain "
                              "is the median ratio (default 3)")
+    parser.add_argument("--nproc-per-node", type=_count(1), default=None, metavar="N",
+                        help="run the script as N ranks on this machine through torch.distributed.run (torchrun), "
+                             "watched on every rank; rank 0 writes one report")
     parser.add_argument("-m", dest="module", action="store_true", help="SCRIPT is a module, run as python -m")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]",
                         help="the training script (or module, with -m) and its own arguments")
@@ -90,13 +95,14 @@ def _findings_table(report) -> Table:
     return table
 
 
-def _show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
+def show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
     """The verdict, the findings with their fixes and gains, the rates and the notes; `shown`, a note already
     printed (the incomplete watch, in bold)."""
     verdict = report.verdict if report is not None else None
     if verdict is not None:
         busy = "NA" if verdict.device_busy is None else f"{verdict.device_busy:.0%}"
-        console.print(f"[bold]verdict: {verdict.primary}[/bold] — {verdict.steps} steps on {verdict.device}, "
+        ranks = f" (rank 0 of {verdict.world_size})" if verdict.world_size > 1 else ""
+        console.print(f"[bold]verdict: {verdict.primary}[/bold] — {verdict.steps} steps on {verdict.device}{ranks}, "
                       f"waiting for data {verdict.data_wait:.0%} of the time, device busy {busy}")
     if problem:
         console.print(Text(f"watch incomplete: {problem}", style="bold red"))
@@ -153,11 +159,18 @@ def _show_notes(notes: list, shown=None) -> None:
 
 
 def run(args) -> int:
+    from gpufeed.cli import doctor_ranks
     from gpufeed.doctor.diagnose import empty_report
     from gpufeed.doctor.inject import check_target, run_script
+    from gpufeed.doctor.ranks import RankContext
     from gpufeed.doctor.report import Note
     from gpufeed.doctor.watch import Watcher
 
+    if args.nproc_per_node is not None and args.nproc_per_node > 1:
+        return doctor_ranks.launch(args)
+    context = RankContext.from_environment()
+    if context is not None:
+        return doctor_ranks.run_rank(args, context)
     if not args.command:
         raise GpufeedError("give the training script: gpufeed doctor SCRIPT [ARGS...] (or -m MODULE [ARGS...])")
     target, script_args = args.command[0], args.command[1:]
@@ -183,7 +196,7 @@ def run(args) -> int:
         if report is not None:
             report = dataclasses.replace(report, notes=report.notes + notes[-1:])
     if args.json != "-":
-        _show(report, watcher, problem, notes if report is None else [], shown=incomplete)
+        show(report, watcher, problem, notes if report is None else [], shown=incomplete)
     if report is None:
         report = empty_report(watcher.observe(outcome.error, notes))
     emit_document(report.to_json(), "doctor", args)

@@ -71,15 +71,17 @@ def diagnose(seen: Observation) -> Report:
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], -f.share))
     totals = seen.totals
     verdict = Verdict(primary_kind(findings), seen.device_busy(), totals.share(totals.data_wait_s), totals.steps,
-                      seen.device or "unknown")
+                      seen.device or "unknown", seen.ranks.world_size)
     loader, model = throughputs(seen)
-    return Report(verdict, findings, notes.items, loader, model, seen.script_error, _timeline(seen))
+    return Report(verdict, findings, notes.items, loader, model, seen.script_error, _timeline(seen),
+                  [dataclasses.asdict(summary) for summary in seen.ranks.per_rank])
 
 
 def empty_report(seen: Observation) -> Report:
     """The report of a run in which no step was watched: no verdict kind, no findings, the notes saying why."""
-    verdict = Verdict(None, None, None, 0, seen.device or "unknown")
-    return Report(verdict, [], list(seen.notes), None, None, seen.script_error, _timeline(seen))
+    verdict = Verdict(None, None, None, 0, seen.device or "unknown", seen.ranks.world_size)
+    return Report(verdict, [], list(seen.notes), None, None, seen.script_error, _timeline(seen),
+                  [dataclasses.asdict(summary) for summary in seen.ranks.per_rank])
 
 
 def _timeline(seen: Observation) -> dict:

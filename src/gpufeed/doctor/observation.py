@@ -58,13 +58,30 @@ class StepShape:
 
 
 @dataclass(frozen=True)
+class RankSummary:
+    """One rank's watched steps, as means per step in milliseconds (ranks.py gathers them; collectives.py times
+    the all-reduce). compute_ms is the rest of the step: wall - data wait - exposed all-reduce."""
+
+    rank: int
+    steps: int
+    step_ms: float
+    data_wait_ms: float
+    compute_ms: float
+    collective_ms: float  # an all-reduce in flight (overlapping backward or not)
+    exposed_ms: float  # waited on the all-reduce after backward's last gradients: not hidden
+    bytes_per_step: float  # all-reduced
+    problem: str | None = None  # why this rank's watch is incomplete (it raised, stalled, ...)
+    slowest_share: float | None = None  # of the steps all ranks watched, the share where its own work was the most
+
+
+@dataclass(frozen=True)
 class Ranks:
-    """The processes of a distributed run. The doctor watches one process: world_size 1 and no per-rank
-    readings, until the ranks are gathered."""
+    """The processes of a distributed run: world_size 1 and nothing per rank for one process. `per_rank` holds
+    the ranks whose steps were gathered, by rank; `missing` says for each other rank why not."""
 
     world_size: int = 1
-    step_times_s: tuple[float, ...] | None = None  # each rank's mean step time, by rank
-    communication_wait_s: float | None = None  # seconds the watched steps waited on collectives
+    per_rank: tuple[RankSummary, ...] = ()
+    missing: tuple[str, ...] = ()  # "rank 1: the script raised ZeroDivisionError ..."
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,7 @@ class Verdict:
     data_wait: float | None  # fraction of wall time spent waiting for batches; None when no step was watched
     steps: int
     device: str
+    world_size: int = 1  # ranks of the run (the watched steps and findings above them are rank 0's)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ class Report:
     # what the report was made from, for the page's timeline (an addition to verdict, findings, unmeasured):
     # {"steps": [StepRecord fields...], "samples": [HostSample fields...], "profile": [one dict per profiled step]}
     timeline: dict = field(default_factory=lambda: {"steps": [], "samples": []})
+    # with several ranks: one RankSummary per gathered rank (observation.py), as dicts, by rank
+    ranks: list[dict] = field(default_factory=list)
 
     @property
     def unmeasured(self) -> list[str]:
@@ -152,4 +155,5 @@ class Report:
         return {"verdict": dataclasses.asdict(self.verdict), "findings": findings, "unmeasured": self.unmeasured,
                 "notes": [note.text for note in self.notes if note.kind == "run"],
                 "loader_samples_per_s": self.loader_samples_per_s, "model_samples_per_s": self.model_samples_per_s,
-                "script_error": self.script_error, "timeline": copy.deepcopy(self.timeline)}
+                "script_error": self.script_error, "timeline": copy.deepcopy(self.timeline),
+                "ranks": copy.deepcopy(self.ranks)}

@@ -11,8 +11,9 @@ change, the same warm-up) then the changed run, alternating: baseline, change, b
 median of the per-pair ratios (changed rate / baseline rate); its text gives the median, the min–max, the pairs and
 the steps per run. A finding's `gain.measured` is the gain of the change it recommends (an experiment of role
 "fix"); a bound (role "bound": the replay) is `gain.bound`, never the headline; the finding's confidence after
---try is at most what the spread of the headline's pairs allows (grading.spread_confidence). The first (diagnosis) run is not reused as a baseline: it ran cold (first imports, the first
-CUDA context and kernels, cold file caches), so a ratio against it would credit the change with the warming up.
+--try is at most what the spread of the headline's pairs allows (grading.spread_confidence). The first
+(diagnosis) run is not reused as a baseline: it ran cold (first imports, the first CUDA context and kernels, cold
+file caches), so a ratio against it would credit the change with the warming up.
 
 Time: after the diagnosis run, 2 x repeats runs per experiment (`total_runs`); with experiments.py's
 MAX_EXPERIMENTS (3) and the default REPEATS that is 18 more runs of (warm-up + steps) steps each, plus each run's

@@ -96,6 +96,11 @@ class Watcher:
             self._sampler.close()
 
     @property
+    def started_s(self) -> float:
+        """time.perf_counter() when the watch began: a StepRecord's start_s counts from here."""
+        return self._start_s
+
+    @property
     def watched(self) -> bool:
         """All `steps` records are kept (the profiled window may still run)."""
         return len(self._raw) >= self.steps

@@ -1,12 +1,17 @@
-"""communication: the gradient all-reduce is not hidden behind compute (distributed runs).
+"""communication: the gradient all-reduce is not hidden behind the backward pass (distributed runs).
 
-Found when the watched steps waited on collectives (`Ranks.communication_wait_s`) at least
-COMMUNICATION_SHARE_MEDIUM of the step. Judged only with more than one rank; the doctor watches one process
-today, so with ranks but no wait measured it says so in a note. No --try experiment.
+Judged from the gathered ranks (`Ranks.per_rank`, ranks.py; collectives.py times DDP's all-reduce). The
+communication a step pays is the smallest exposed all-reduce wait over the ranks: the rank the others wait for
+waits least, so its wait after backward's last gradients is the communication itself, not a wait for another
+rank (that is straggler's). Found when it is at least COMMUNICATION_SHARE_MEDIUM of the median rank's step.
+Evidence: the bytes all-reduced per step and the bandwidth reached (bytes over the time an all-reduce was in
+flight), both on that rank (on the others the time in flight includes waiting for it). No --try experiment (the
+fixes are DDP arguments in the script).
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.grading import confidence, new_finding, no_experiment, severity
@@ -23,30 +28,49 @@ COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH = 0.03, 0.15
 
 
 def detect(seen: Observation, notes: Notes) -> Finding | None:
-    world = seen.ranks.world_size
+    world, ranks = seen.ranks.world_size, seen.ranks.per_rank
     if world <= 1:
         return None
-    waited = seen.ranks.communication_wait_s
-    if waited is None:
-        notes.unmeasured("communication: the time steps waited on gradient all-reduce was not measured")
+    if not ranks:
+        notes.unmeasured("communication: no rank's all-reduce was gathered")
         return None
-    share = seen.totals.share(waited)
+    if all(r.bytes_per_step == 0 for r in ranks):
+        notes.unmeasured("communication: no DistributedDataParallel gradient all-reduce was seen (other "
+                         "collectives are not timed)")
+        return None
+    least = min(ranks, key=lambda r: r.exposed_ms)
+    step_ms = statistics.median(r.step_ms for r in ranks)
+    share = min(1.0, least.exposed_ms / step_ms)
     if share < COMMUNICATION_SHARE_MEDIUM:
         return None
-    evidence = {"world_size": world, "communication_share": share,
-                "mean_communication_ms": 1000.0 * waited / seen.totals.steps}
+    in_flight_ms, nbytes = least.collective_ms, least.bytes_per_step  # the others' include waiting for it
+    bandwidth = nbytes / (in_flight_ms / 1000.0) / 1e9 if in_flight_ms > 0 else None
+    evidence = {"world_size": world, "communication_share": share, "exposed_ms": least.exposed_ms,
+                "in_flight_ms": in_flight_ms, "bytes_per_step": nbytes, "bandwidth_gb_per_s": bandwidth,
+                "step_ms": step_ms}
     return new_finding(KIND, severity(share, COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH), share, evidence,
-                       fix(), confidence(seen.totals.steps))
+                       fix(least.exposed_ms, nbytes), confidence(min(r.steps for r in ranks)))
 
 
-def fix() -> tuple[str, str]:
-    fix = ("The gradient all-reduce is not hidden behind the backward pass. Let DDP overlap it (buckets, "
-           "gradient_as_bucket_view=True), skip it on accumulation micro-batches with no_sync(), and communicate "
-           "in bf16 if the link is slow.")
-    snippet = ("model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank],\n"
-               "                                                  gradient_as_bucket_view=True, bucket_cap_mb=25)\n"
-               "with model.no_sync():  # all micro-batches but the last\n"
-               "    loss.backward()")
+def fix(exposed_ms: float, nbytes: float) -> tuple[str, str]:
+    fix = (f"Each step waits {exposed_ms:.1f} ms for the gradient all-reduce ({nbytes / 2**20:,.1f} MiB) after the "
+           f"backward pass: communication is not hidden. Do more compute per all-reduce: a larger per-rank batch, "
+           f"or gradient accumulation with the all-reduce skipped under no_sync() on all micro-batches but the "
+           f"last; let DDP overlap and copy less (gradient_as_bucket_view=True, static_graph=True when the graph "
+           f"does not change, a bucket_cap_mb that starts the first all-reduce earlier); and send half the bytes "
+           f"with a compression hook (fp16_compress_hook on any backend, bf16_compress_hook with NCCL).")
+    snippet = ("from torch.distributed.algorithms.ddp_comm_hooks import default_hooks\n"
+               "model = torch.nn.parallel.DistributedDataParallel(model, device_ids=device_ids,\n"
+               "                                                  gradient_as_bucket_view=True, static_graph=True,\n"
+               "                                                  bucket_cap_mb=25)\n"
+               "model.register_comm_hook(None, default_hooks.fp16_compress_hook)\n"
+               "for index, (inputs, targets) in enumerate(loader):\n"
+               "    last = (index + 1) % accumulation == 0\n"
+               "    with contextlib.nullcontext() if last else model.no_sync():\n"
+               "        loss_fn(model(inputs), targets).backward()\n"
+               "    if last:\n"
+               "        optimizer.step()\n"
+               "        optimizer.zero_grad()")
     return fix, snippet
 
 

@@ -1,8 +1,15 @@
-"""straggler: one rank is slower than the rest, and every rank waits for it at each all-reduce.
+"""straggler: one rank is slower than the rest, and every other rank waits for it at each all-reduce.
 
-Found when the slowest rank's mean step (`Ranks.step_times_s`) is STRAGGLER_EXCESS or more above the median
-rank's; the share is what the median rank waits of each synchronized step. Judged only with per-rank step times;
-with ranks but none gathered it says so in a note. No --try experiment.
+Judged from the gathered ranks (`Ranks.per_rank`, ranks.py). A rank's own work per step is its step time less the
+all-reduce it waited for after backward (`exposed_ms`: on the ranks that wait for another, that wait is there),
+that is its data wait plus its compute. The straggler is the rank with the most own work, found when that is
+STRAGGLER_EXCESS or more above the median rank's, at least MIN_EXCESS_MS more, and it is the slowest in
+STRAGGLER_CONSISTENCY of the steps all ranks watched (`slowest_share`; ranks sharing busy cores take turns). Its
+cost to the others is the median of their exposed waits less its own, per step; the share is that cost over the
+median rank's step.
+`evidence.cause` says where its extra time is: "input" when its data wait exceeds the others' (median) by more
+than its compute does, else "compute" (a slower backward shows here too: the others wait for its gradients).
+A balanced run gets no finding and a note with the ranks' spread. No --try experiment.
 """
 
 from __future__ import annotations
@@ -14,38 +21,75 @@ from gpufeed.doctor.grading import confidence, new_finding, no_experiment, sever
 from gpufeed.doctor.report import Finding, Notes
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.observation import Observation
+    from gpufeed.doctor.observation import Observation, RankSummary
 
 KIND = "straggler"
 MEANING = "one rank is slower than the rest"
 # gpufeed's choice: a rank 10% slower than the median holds every other rank at each all-reduce.
 STRAGGLER_EXCESS = 0.10
+# gpufeed's choice: below a millisecond a step the difference is the timer's and the scheduler's, not a rank's.
+MIN_EXCESS_MS = 1.0
+# gpufeed's choice: a straggler is the slowest rank in at least 80% of the watched steps. Ranks that share busy
+# cores take turns being slowest (in 2-rank gloo runs on 2 busy cores: 30-70% of the steps, with a mean excess up
+# to 40%); a rank with slower data or compute is slowest in every step. 8 of 10 steps by chance: p = 0.055.
+STRAGGLER_CONSISTENCY = 0.80
+
+
+def own_ms(summary: RankSummary) -> float:
+    return summary.data_wait_ms + summary.compute_ms
 
 
 def detect(seen: Observation, notes: Notes) -> Finding | None:
-    times = seen.ranks.step_times_s
-    if not times or len(times) < 2:
-        if seen.ranks.world_size > 1:
-            notes.unmeasured("per-rank step times: not gathered, so stragglers are unchecked")
+    ranks = seen.ranks.per_rank
+    if seen.ranks.world_size <= 1:
         return None
-    median = statistics.median(times)
-    slowest = max(times)
-    if slowest < median * (1.0 + STRAGGLER_EXCESS):
+    if len(ranks) < 2:
+        notes.unmeasured("per-rank steps: fewer than two ranks were gathered, so stragglers are unchecked")
         return None
-    rank = times.index(slowest)
-    share = (slowest - median) / slowest  # the median rank waits this share of each synchronized step
-    evidence = {"slowest_rank": rank, "slowest_step_ms": 1000.0 * slowest, "median_step_ms": 1000.0 * median,
-                "slowdown": slowest / median}
-    return new_finding(KIND, severity(share), share, evidence, fix(rank), confidence(seen.totals.steps))
+    median = statistics.median(own_ms(r) for r in ranks)
+    slowest = max(ranks, key=own_ms)
+    others = [r for r in ranks if r.rank != slowest.rank]
+    excess = own_ms(slowest) - median
+    erratic = slowest.slowest_share is not None and slowest.slowest_share < STRAGGLER_CONSISTENCY
+    if own_ms(slowest) < median * (1.0 + STRAGGLER_EXCESS) or excess < MIN_EXCESS_MS or erratic:
+        steps = [r.step_ms for r in ranks]
+        turns = (f"; the slowest rank changes from step to step (rank {slowest.rank} in "
+                 f"{slowest.slowest_share:.0%} of them)" if erratic else "")
+        notes.run(f"ranks: {len(ranks)} ranks balanced: steps {min(steps):.1f}-{max(steps):.1f} ms, own work "
+                  f"(data wait + compute) {min(map(own_ms, ranks)):.1f}-{max(map(own_ms, ranks)):.1f} ms{turns}")
+        return None
+    data_excess = slowest.data_wait_ms - statistics.median(r.data_wait_ms for r in others)
+    compute_excess = slowest.compute_ms - statistics.median(r.compute_ms for r in others)
+    cause = "input" if data_excess > compute_excess else "compute"
+    cost = max(0.0, statistics.median(r.exposed_ms for r in others) - slowest.exposed_ms)
+    share = min(1.0, cost / statistics.median(r.step_ms for r in ranks))
+    evidence = {"rank": slowest.rank, "cause": cause, "own_step_ms": own_ms(slowest), "median_own_step_ms": median,
+                "slowest_in_share_of_steps": slowest.slowest_share,
+                "data_wait_excess_ms": data_excess, "compute_excess_ms": compute_excess,
+                "cost_to_others_ms": cost, "world_size": seen.ranks.world_size}
+    return new_finding(KIND, severity(share), share, evidence, fix(slowest.rank, cause, data_excess, compute_excess),
+                       confidence(min(r.steps for r in ranks)))
 
 
-def fix(rank: int) -> tuple[str, str]:
-    fix = (f"Rank {rank} is slower than the others and every rank waits for it at each all-reduce. Check that "
-           f"rank's GPU clocks and temperature (throttling), its share of the data, its NUMA placement and other "
-           f"processes on its host.")
+def fix(rank: int, cause: str, data_excess_ms: float, compute_excess_ms: float) -> tuple[str, str]:
+    if cause == "input":
+        fix = (f"Rank {rank} waits {data_excess_ms:.1f} ms more per step for its data than the other ranks, and "
+               f"they wait for it at each all-reduce. Give every rank the same amount and cost of data (a "
+               f"DistributedSampler over one dataset, not per-rank file lists of different sizes), and check that "
+               f"rank's node: a slower disk, fewer loader workers, or other processes on its cores.")
+        snippet = ("sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True, drop_last=True)\n"
+                   "loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, sampler=sampler,\n"
+                   "                                     num_workers=workers, persistent_workers=True)\n"
+                   "for epoch in range(epochs):\n"
+                   "    sampler.set_epoch(epoch)")
+        return fix, snippet
+    fix = (f"Rank {rank} computes {compute_excess_ms:.1f} ms more per step than the other ranks, and they wait for "
+           f"its gradients at each all-reduce. Look for unequal work per sample (variable-length inputs: batch by "
+           f"length so every rank gets the same), extra work on that rank only (logging, evaluation or hooks under "
+           f"`if rank == ...`), or a busy or throttled device on its host.")
     snippet = (f"# on the host of rank {rank}:\n"
-               f"nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE\n"
-               f"nvidia-smi topo -m")
+               f"nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE   # throttling\n"
+               f"top -H   # other processes on its cores")
     return fix, snippet
 
 

@@ -1,0 +1,162 @@
+"""`gpufeed doctor` on several ranks: `--nproc-per-node N` launches the ranks through torch.distributed.run, and
+each rank (found from torchrun's environment) runs the script watched, sends its record, and rank 0 prints and
+writes the one report (gpufeed/doctor/ranks.py says how). Ranks other than 0 print nothing of the doctor's."""
+
+from __future__ import annotations
+
+import threading
+
+from gpufeed.cli.output import check_output_paths, console, emit_document, error_console
+from gpufeed.errors import GpufeedError
+
+
+def rank_words(args) -> list[str]:
+    """The doctor's options and SCRIPT ARGS for each rank (--nproc-per-node left out)."""
+    words = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
+             "--timeout", f"{args.timeout:g}"]
+    for flag in ("json", "html"):
+        if getattr(args, flag) is not None:
+            words += [f"--{flag}", getattr(args, flag)]
+    if args.module:
+        words.append("-m")
+    return words + list(args.command)
+
+
+def launch(args) -> int:
+    """Run the doctor as args.nproc_per_node ranks on this machine through torch's own launcher."""
+    from gpufeed.doctor.inject import check_target
+    from gpufeed.doctor.ranks import launcher_arguments
+
+    if not args.command:
+        raise GpufeedError("give the training script: gpufeed doctor --nproc-per-node N SCRIPT [ARGS...]")
+    if args.try_fixes:
+        raise GpufeedError("--try re-runs the script in one process; with --nproc-per-node, drop --try (the "
+                           "report's fixes for several ranks are DDP settings to change in the script)")
+    check_target(args.command[0], args.module)
+    check_output_paths(args, inputs=() if args.module else (args.command[0],))
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args
+    from torch.distributed.run import run as run_ranks
+
+    error_console.print(f"gpufeed doctor: {args.nproc_per_node} ranks through torch.distributed.run "
+                        f"(--standalone); rank 0 writes the report")
+    try:
+        run_ranks(parse_args(launcher_arguments(rank_words(args), args.nproc_per_node)))
+    except ChildFailedError as failed:
+        ranks = ", ".join(str(rank) for rank in sorted(failed.failures))
+        error_console.print(f"gpufeed doctor: the job failed on rank {ranks} (exit status not 0); the report above "
+                            f"names the rank and its error")
+        return 1
+    return 0
+
+
+def run_rank(args, context) -> int:
+    """One rank of a torchrun job: watch the script, send the record; rank 0 gathers and reports."""
+    from gpufeed.doctor.collectives import CollectiveTimer
+    from gpufeed.doctor.inject import check_target, run_script
+    from gpufeed.doctor.ranks import GRACE_S, Exchange, RankGuard, exit_now, rank_record
+    from gpufeed.doctor.watch import Watcher
+
+    if not args.command:
+        raise GpufeedError("give the training script: torchrun ... -m gpufeed doctor SCRIPT [ARGS...]")
+    if args.try_fixes:
+        raise GpufeedError("--try re-runs the script in one process; under torchrun, drop --try")
+    target, script_args = args.command[0], args.command[1:]
+    check_target(target, args.module)
+    if context.is_main:
+        check_output_paths(args, inputs=() if args.module else (target,))
+        error_console.print(f"gpufeed doctor: rank 0 of {context.world_size}: running {'-m ' if args.module else ''}"
+                            f"{target}; watching {args.steps} steps after {args.warmup} warm-up steps on every rank; "
+                            f"stopping after {args.timeout:g} s without a step")
+    watcher = Watcher(steps=args.steps, warmup=args.warmup, profile_steps=args.profile_steps)
+    exchange = Exchange(context, timeout_s=args.timeout)
+    timer = CollectiveTimer()
+
+    def record(problem: str | None) -> dict:
+        return rank_record(context.rank, watcher.records, watcher.started_s, timer, problem, watcher.device or "cpu")
+
+    def abandon(reason: str) -> None:  # on the guard's thread; ends the process
+        exchange.publish(record(reason))
+        exchange.fail(context.rank, reason)
+        if context.is_main:
+            _report(args, context, exchange, watcher, reason, None)
+        else:
+            exchange.wait_finished(args.timeout)
+        exit_now(1)
+
+    guard = RankGuard(context, exchange, lambda: watcher.boundaries, args.timeout + GRACE_S, abandon)
+    timer.install()
+    guard.start()
+    try:
+        outcome = run_script(target, script_args, args.module, watcher, timeout_s=args.timeout)
+    finally:
+        timer.remove()
+    if not guard.claim():
+        threading.Event().wait()  # the guard is ending this rank (within ABANDON_LIMIT_S)
+    problem = outcome.problem
+    exchange.publish(record(problem))
+    if problem:
+        exchange.fail(context.rank, problem)
+    if context.is_main:
+        status = _report(args, context, exchange, watcher, problem, outcome.error)
+    else:
+        exchange.wait_finished(args.timeout)
+        status = 1 if problem else 0
+    _end_process_group()
+    return status
+
+
+def _report(args, context, exchange, watcher, problem: str | None, error: str | None) -> int:
+    """Rank 0: gather every rank's record, diagnose, print, write; then tell the ranks it is done."""
+    from gpufeed.cli.doctor import show
+    from gpufeed.doctor.diagnose import diagnose, empty_report
+    from gpufeed.doctor.ranks import rank_problems, with_ranks
+    from gpufeed.doctor.report import Note
+
+    try:
+        records, missing = exchange.gather(args.timeout)
+        others = [line for line in rank_problems(records, missing) if not line.startswith("rank 0:")]
+        incomplete = Note("run", f"watch incomplete: rank 0: {problem}") if problem and error is None else None
+        notes = ([incomplete] if incomplete else []) + [Note("run", f"watch incomplete: {line}") for line in others]
+        seen = with_ranks(watcher.observe(error, notes), context.world_size, records, missing)
+        if error is None and others:
+            seen = _with_error(seen, others[0])
+        report = diagnose(seen) if seen.steps else empty_report(seen)
+        report.timeline["ranks"] = [{"rank": r["rank"], "steps": r["steps"]} for r in records]
+        if args.json != "-":
+            show(report if seen.steps else None, watcher, problem, list(seen.notes), shown=incomplete)
+            _show_ranks(report)
+        emit_document(report.to_json(), "doctor", args)
+    finally:
+        exchange.finish()
+    return 1 if problem or others or not seen.steps else 0
+
+
+def _with_error(seen, line: str):
+    import dataclasses
+
+    return dataclasses.replace(seen, script_error=line)
+
+
+def _show_ranks(report) -> None:
+    from rich.table import Table
+
+    if not report.ranks:
+        return
+    table = Table(title=f"ranks ({report.verdict.world_size}), means per watched step")
+    for column in ("rank", "steps", "step ms", "data wait ms", "compute ms", "all-reduce in flight ms",
+                   "all-reduce waited ms", "MiB all-reduced"):
+        table.add_column(column, justify="right")
+    for rank in report.ranks:
+        table.add_row(str(rank["rank"]), str(rank["steps"]), f"{rank['step_ms']:.1f}", f"{rank['data_wait_ms']:.1f}",
+                      f"{rank['compute_ms']:.1f}", f"{rank['collective_ms']:.1f}", f"{rank['exposed_ms']:.1f}",
+                      f"{rank['bytes_per_step'] / 2**20:.2f}")
+    console.print(table)
+
+
+def _end_process_group() -> None:
+    """Destroy the script's process group, left alive when the doctor stopped the script."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,194 @@
+"""The doctor on several ranks: per-step all-reduce from hand-made bucket timings, the straggler and
+communication rules on hand-made rank summaries, torchrun's environment, and five real 2-rank gloo jobs on the
+CPU (tests/doctor/scripts/ddp_cases.py), each with its trouble injected in one rank, told apart by
+`gpufeed doctor --nproc-per-node 2`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from observations import host, on_cpu, steps  # noqa: I001 - the tests' own helpers
+
+from gpufeed.doctor.collectives import BucketTiming, step_collectives
+from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.observation import Ranks, RankSummary
+from gpufeed.doctor.ranks import RankContext, launcher_arguments, summarize, with_ranks
+from gpufeed.errors import GpufeedError
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+# --- per-step all-reduce ------------------------------------------------------------------------------------
+
+def test_a_steps_all_reduce_is_the_union_in_flight_the_wait_after_the_last_call_and_the_bytes() -> None:
+    # step [10.0, 10.1): buckets called at 10.02 (done 10.05), 10.04 (done 10.06), 10.07 (done 10.09);
+    # a bucket of the next step at 10.1 is left out
+    buckets = [BucketTiming(10.02, 10.05, 1000), BucketTiming(10.04, 10.06, 2000), BucketTiming(10.07, 10.09, 4000),
+               BucketTiming(10.10, 10.12, 8000)]
+    step = step_collectives(buckets, 10.0, 0.1)
+    assert step.collective_s == pytest.approx(0.04 + 0.02)  # [10.02, 10.06] and [10.07, 10.09]
+    assert step.exposed_s == pytest.approx(0.02)  # last call 10.07, last completion 10.09
+    assert (step.bytes, step.buckets) == (7000, 3)
+    assert step_collectives(buckets, 20.0, 0.1) == step_collectives([], 0.0, 1.0)
+
+
+def test_a_rank_record_is_summarized_as_means_per_step_in_milliseconds() -> None:
+    record = {"rank": 1, "problem": None, "steps": [
+        {"wall_s": 0.10, "data_wait_s": 0.02, "collective_s": 0.03, "exposed_s": 0.01, "bytes": 100},
+        {"wall_s": 0.20, "data_wait_s": 0.04, "collective_s": 0.05, "exposed_s": 0.03, "bytes": 300}]}
+    summary = summarize(record)
+    assert (summary.rank, summary.steps) == (1, 2)
+    assert summary.step_ms == pytest.approx(150.0) and summary.data_wait_ms == pytest.approx(30.0)
+    assert summary.exposed_ms == pytest.approx(20.0) and summary.collective_ms == pytest.approx(40.0)
+    assert summary.compute_ms == pytest.approx(100.0)  # 150 - 30 - 20
+    assert summary.bytes_per_step == pytest.approx(200.0)
+
+
+# --- the rules on hand-made ranks ---------------------------------------------------------------------------
+
+def rank(index: int, step: float, wait: float, exposed: float, nbytes: float = 1e6) -> RankSummary:
+    return RankSummary(index, 20, step, wait, step - wait - exposed, exposed + 1.0, exposed, nbytes)
+
+
+def judged(*ranks: RankSummary):
+    seen = on_cpu(steps(20), host(), ranks=Ranks(len(ranks), tuple(ranks)))
+    return diagnose(seen)
+
+
+def test_a_rank_slow_for_its_data_is_the_straggler_with_cause_input() -> None:
+    # rank 2 waits 30 ms for data; ranks 0, 1, 3 wait ~30 ms for it in the all-reduce
+    report = judged(rank(0, 50.0, 1.0, 31.0), rank(1, 50.0, 1.0, 30.5), rank(2, 50.0, 31.0, 1.0),
+                    rank(3, 50.0, 1.0, 31.0))
+    found = {f.kind: f for f in report.findings}["straggler"]
+    assert found.evidence["rank"] == 2 and found.evidence["cause"] == "input"
+    assert found.evidence["data_wait_excess_ms"] == pytest.approx(30.0)
+    assert found.evidence["cost_to_others_ms"] == pytest.approx(30.0)  # median of 31, 30.5, 31 less 1
+    assert found.share == pytest.approx(30.0 / 50.0) and report.verdict.primary == "straggler"
+    assert report.verdict.world_size == 4 and [r["rank"] for r in report.ranks] == [0, 1, 2, 3]
+    assert "Rank 2 waits 30.0 ms more per step for its data" in found.fix
+
+
+def test_a_rank_slow_in_compute_is_the_straggler_with_cause_compute() -> None:
+    report = judged(rank(0, 40.0, 1.0, 21.0), rank(1, 40.0, 1.0, 1.0))
+    found = {f.kind: f for f in report.findings}["straggler"]
+    assert found.evidence["rank"] == 1 and found.evidence["cause"] == "compute"
+    assert found.evidence["compute_excess_ms"] == pytest.approx(20.0)
+    assert "computes 20.0 ms more per step" in found.fix
+
+
+def test_balanced_ranks_have_no_straggler_and_a_note_with_their_spread() -> None:
+    report = judged(rank(0, 40.0, 1.0, 0.5), rank(1, 40.5, 1.0, 0.6))
+    assert "straggler" not in {f.kind for f in report.findings}
+    assert any(n.text.startswith("ranks: 2 ranks balanced: steps 40.0-40.5 ms") for n in report.notes)
+
+
+def test_communication_is_the_least_exposed_ranks_wait_with_its_bytes_and_bandwidth() -> None:
+    # both ranks wait 12 ms after backward for 50 MB in flight 20 ms (rank 1) -> 2.5 GB/s
+    report = judged(rank(0, 40.0, 0.5, 13.0, 50e6), rank(1, 40.0, 0.5, 12.0, 50e6))
+    found = {f.kind: f for f in report.findings}["communication"]
+    assert found.evidence["exposed_ms"] == pytest.approx(12.0) and found.share == pytest.approx(12.0 / 40.0)
+    assert found.evidence["bandwidth_gb_per_s"] == pytest.approx(50e6 / 0.013 / 1e9)  # in flight: 12 + 1 ms
+    assert found.severity == "high" and "no_sync()" in found.snippet and "gradient_as_bucket_view" in found.fix
+
+
+def test_ranks_not_gathered_are_named() -> None:
+    seen = on_cpu(steps(20), host(), ranks=Ranks(1, ()))
+    gathered = with_ranks(seen, 3, [{"rank": 0, "problem": None, "steps": [
+        {"wall_s": 0.1, "data_wait_s": 0.0, "collective_s": 0.0, "exposed_s": 0.0, "bytes": 0}]},
+        {"rank": 2, "problem": "the script raised ValueError: x", "steps": []}], ["rank 1: sent no record"])
+    assert gathered.ranks.world_size == 3 and [r.rank for r in gathered.ranks.per_rank] == [0]
+    assert gathered.ranks.missing == ("rank 1: sent no record",
+                                      "rank 2: no watched step (the script raised ValueError: x)")
+    report = diagnose(gathered)
+    assert any("fewer than two ranks were gathered" in n.text for n in report.notes)
+
+
+def test_torchruns_environment_makes_a_rank_and_a_broken_one_is_one_line() -> None:
+    assert RankContext.from_environment({"WORLD_SIZE": "1"}) is None
+    context = RankContext.from_environment({"WORLD_SIZE": "4", "RANK": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "h",
+                                            "MASTER_PORT": "29500", "TORCHELASTIC_RUN_ID": "abc"})
+    assert (context.rank, context.world_size, context.host, context.port, context.run_id) == (2, 4, "h", 29500,
+                                                                                              "abc-0")
+    with pytest.raises(GpufeedError, match="MASTER_ADDR is not set; launch with torchrun"):
+        RankContext.from_environment({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "1"})
+    assert launcher_arguments(["--steps", "5", "train.py", "--lr", "1"], 2) == [
+        "--standalone", "--nproc-per-node=2", "-m", "gpufeed", "doctor", "--steps", "5", "train.py", "--lr", "1"]
+
+
+# --- five real 2-rank jobs ----------------------------------------------------------------------------------
+
+def doctor_two_ranks(case: str, tmp_path: Path, steps: int = 10, warmup: int = 3) -> tuple[
+        subprocess.CompletedProcess, dict]:
+    target = tmp_path / f"{case}.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "gpufeed", "doctor", "--nproc-per-node", "2", "--steps", str(steps), "--warmup",
+         str(warmup),
+         "--profile-steps", "0", "--timeout", "30", "--json", str(target), str(SCRIPTS / "ddp_cases.py"), case],
+        capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert target.exists(), completed.stderr[-3000:]
+    return completed, json.loads(target.read_text())
+
+
+@pytest.mark.parametrize("case, rank, cause", [("slow_data", 1, "input"), ("slow_backward", 1, "compute")])
+def test_a_straggler_is_named_with_its_rank_and_cause(case: str, rank: int, cause: str, tmp_path: Path) -> None:
+    completed, document = doctor_two_ranks(case, tmp_path)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert document["verdict"]["primary"] == "straggler" and document["verdict"]["world_size"] == 2
+    found = {f["kind"]: f for f in document["findings"]}["straggler"]
+    assert (found["evidence"]["rank"], found["evidence"]["cause"]) == (rank, cause)
+    # the injected delay: 8 samples x 4 ms of sleep, or 30 ms of spinning, a step; the other rank waits for it
+    assert 20.0 <= found["evidence"]["cost_to_others_ms"] <= 200.0
+    assert [r["rank"] for r in document["ranks"]] == [0, 1] and len(document["timeline"]["ranks"]) == 2
+
+
+def test_a_large_all_reduce_at_a_tiny_batch_is_communication(tmp_path: Path) -> None:
+    completed, document = doctor_two_ranks("communication", tmp_path)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert document["verdict"]["primary"] == "communication"
+    found = {f["kind"]: f for f in document["findings"]}["communication"]
+    # 1024x4096 + 4096 + 4096x1024 + 1024 + 1024x4 + 4 float32 parameters, all-reduced every step
+    parameters = 1024 * 4096 + 4096 + 4096 * 1024 + 1024 + 1024 * 4 + 4
+    assert found["evidence"]["bytes_per_step"] == pytest.approx(4 * parameters)
+    assert "straggler" not in {f["kind"] for f in document["findings"]}
+
+
+def test_a_balanced_job_is_compute_bound_with_the_ranks_spread(tmp_path: Path) -> None:
+    # 8,448 multiply-adds per sample forward, x 262,144 samples, x 3 with the backward: 13 GFLOP a step, about
+    # half a second on one core;
+    # gloo's all-reduce of 34 kB, a few ms even when the cores are busy, is well under 3% of it
+    completed, document = doctor_two_ranks("balanced", tmp_path, steps=6, warmup=2)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert document["verdict"]["primary"] == "compute_bound", document["findings"]
+    assert not {"straggler", "communication"} & {f["kind"] for f in document["findings"]}
+    assert any(line.startswith("ranks: 2 ranks balanced") for line in document["notes"])
+
+
+def test_a_rank_that_crashes_is_named_and_the_job_ends(tmp_path: Path) -> None:
+    completed, document = doctor_two_ranks("crash", tmp_path)
+    assert completed.returncode == 1
+    assert "rank 1: the script raised ZeroDivisionError: rank 1 fails on purpose" in document["script_error"]
+    assert any("rank 1: the script raised ZeroDivisionError" in line for line in document["notes"])
+    assert "the job failed on rank" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_a_rank_slowest_in_only_some_steps_is_not_a_straggler() -> None:
+    """Ranks on busy shared cores take turns being slowest; the mean alone would name one."""
+    def record(index: int, own_ms: list[float]) -> dict:
+        return {"rank": index, "problem": None, "steps": [
+            {"wall_s": 0.05, "data_wait_s": 0.0, "collective_s": 0.05 - own / 1000, "exposed_s": 0.05 - own / 1000,
+             "bytes": 10} for own in own_ms]}
+
+    # rank 1 is slowest in 7 of 10 steps, its mean own work 30% above rank 0's
+    records = [record(0, [30, 30, 30, 30, 30, 30, 30, 45, 45, 45]), record(1, [48] * 7 + [30, 30, 30])]
+    seen = with_ranks(on_cpu(steps(20), host()), 2, records, [])
+    assert [r.slowest_share for r in seen.ranks.per_rank] == [pytest.approx(0.3), pytest.approx(0.7)]
+    report = diagnose(seen)
+    assert "straggler" not in {f.kind for f in report.findings}
+    assert any("the slowest rank changes from step to step (rank 1 in 70% of them)" in n.text for n in report.notes)
+    records[1] = record(1, [48] * 8 + [30, 30])  # 8 of 10: a straggler
+    assert "straggler" in {f.kind for f in diagnose(with_ranks(on_cpu(steps(20), host()), 2, records, [])).findings}
