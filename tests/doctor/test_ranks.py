@@ -122,13 +122,13 @@ def test_torchruns_environment_makes_a_rank_and_a_broken_one_is_one_line() -> No
 
 # --- five real 2-rank jobs ----------------------------------------------------------------------------------
 
-def doctor_two_ranks(case: str, tmp_path: Path, steps: int = 10, warmup: int = 3) -> tuple[
+def doctor_two_ranks(case: str, tmp_path: Path, steps: int = 10, warmup: int = 3, timeout: int = 30) -> tuple[
         subprocess.CompletedProcess, dict]:
     target = tmp_path / f"{case}.json"
     completed = subprocess.run(
         [sys.executable, "-m", "gpufeed", "doctor", "--nproc-per-node", "2", "--steps", str(steps), "--warmup",
          str(warmup),
-         "--profile-steps", "0", "--timeout", "30", "--json", str(target), str(SCRIPTS / "ddp_cases.py"), case],
+         "--profile-steps", "0", "--timeout", str(timeout), "--json", str(target), str(SCRIPTS / "ddp_cases.py"), case],
         capture_output=True, text=True, timeout=240, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert target.exists(), completed.stderr[-3000:]
     return completed, json.loads(target.read_text())
@@ -174,6 +174,15 @@ def test_a_rank_that_crashes_is_named_and_the_job_ends(tmp_path: Path) -> None:
     assert "rank 1: the script raised ZeroDivisionError: rank 1 fails on purpose" in document["script_error"]
     assert any("rank 1: the script raised ZeroDivisionError" in line for line in document["notes"])
     assert "the job failed on rank" in completed.stderr and "Traceback" not in completed.stderr
+
+
+def test_a_rank_that_hangs_is_stopped_by_its_watchdog_and_named(tmp_path: Path) -> None:
+    """Rank 1 sleeps at its 8th batch: its watchdog stops it after --timeout 5 s; rank 0, blocked in the
+    all-reduce that rank 1 never joins, is ended by its guard once it learns of rank 1; the job ends."""
+    completed, document = doctor_two_ranks("hang", tmp_path, timeout=5)
+    assert completed.returncode == 1
+    assert any(line.startswith("watch incomplete: rank 1: no step ended for 5 s") for line in document["notes"])
+    assert any("stopped: rank 1 failed" in line for line in document["notes"])
 
 
 def test_a_rank_slowest_in_only_some_steps_is_not_a_straggler() -> None:

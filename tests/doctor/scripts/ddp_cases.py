@@ -6,6 +6,7 @@ slow_data       rank 1's Dataset sleeps 4 ms a sample (32 ms a batch of 8): rank
 slow_backward   rank 1's first layer's gradient hook spins 30 ms: rank 0 waits for its gradients
 communication   8.4 M parameters (33.6 MB of gradients) at a batch of 2: the all-reduce outweighs the compute
 crash           rank 1 raises at its 8th batch
+hang            rank 1 sleeps for ten minutes at its 8th batch
 """
 
 import sys
@@ -71,6 +72,8 @@ else:
 for step, (inputs, targets) in enumerate(loader):
     if case == "crash" and rank == 1 and step == 8:
         raise ZeroDivisionError("rank 1 fails on purpose")
+    if case == "hang" and rank == 1 and step == 8:
+        time.sleep(600)
     loss = F.cross_entropy(ddp(inputs), targets)
     optimizer.zero_grad()
     loss.backward()
