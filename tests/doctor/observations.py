@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpufeed.doctor.flops import StepArithmetic
 from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Observation, ProfileWindow, Ranks, StepShape
 from gpufeed.doctor.profile import ProfiledStep, ProfileSummary
 from gpufeed.doctor.report import Note
@@ -24,12 +25,12 @@ def observation(records: list[StepRecord], samples: list[HostSample] = (), *, de
                 batch_size: int | None = 64, batches_per_step: int | None = None,
                 loader_batch_size: int | None = None, float64_seen: bool = False, autocast_seen: bool | None = False,
                 ranks: Ranks = ONE_PROCESS, notes: tuple[str, ...] = (),
-                script_error: str | None = None) -> Observation:
+                script_error: str | None = None, arithmetic: StepArithmetic | None = None) -> Observation:
     """`notes`: lines the instrumentation could not measure."""
     return Observation(tuple(records), tuple(samples), device, Host(cpu_count, threads),
                        LoaderSettings(workers, pin_memory, restart_s), memory, profile,
                        StepShape(batch_size, batches_per_step, loader_batch_size), float64_seen, autocast_seen, ranks,
-                       tuple(Note("unmeasured", line) for line in notes), script_error)
+                       tuple(Note("unmeasured", line) for line in notes), script_error, arithmetic=arithmetic)
 
 
 def on_cpu(records: list[StepRecord], samples: list[HostSample] = (), **changes) -> Observation:

@@ -19,11 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 from torch.utils.data import dataloader
+from torch.utils.data._utils import fetch
 
 from gpufeed.cli.main import main
 from gpufeed.doctor.hooks import Instrumentation
 from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Ranks, StepShape
+from gpufeed.doctor.observation import Host, LoaderParts, LoaderSettings, MemoryReading, Ranks, StepShape
 from gpufeed.doctor.report import Note
 from gpufeed.doctor.watch import Watcher
 
@@ -45,6 +46,8 @@ def patched_state() -> dict:
                                                                            "tolist")},
             "synchronize": torch.cuda.__dict__.get("synchronize"),
             "next": dataloader._BaseDataLoaderIter.__dict__.get("__next__"),
+            "iterator init": dataloader._BaseDataLoaderIter.__dict__.get("__init__"),
+            "fetch": fetch._MapDatasetFetcher.__dict__.get("fetch"),
             "iter": dataloader.DataLoader.__dict__.get("__iter__"),
             "hooks": (len(module._global_forward_pre_hooks), len(module._global_forward_hooks),
                       len(optimizer._global_optimizer_post_hooks)),
@@ -105,7 +108,10 @@ def test_the_observation_holds_every_reading_of_the_run() -> None:
     seen = watcher.observe()
     assert outcome.problem is None and len(seen.steps) == 5 and seen.samples and seen.script_error is None
     assert seen.device == "cpu" and seen.host == Host(os.cpu_count(), torch.get_num_threads())
-    assert seen.loader == LoaderSettings(0, False, 0.0)  # one epoch of 64 batches: no worker restarted
+    # one epoch of 64 batches: no worker restarted; the loader's default collate function, nothing it cannot time
+    collate = torch.utils.data.default_collate
+    site = f"{collate.__code__.co_filename}:{collate.__code__.co_firstlineno}"
+    assert seen.loader == LoaderSettings(0, False, 0.0, LoaderParts("default_collate", site, ()))
     assert seen.shape == StepShape(4, 1, 4) and seen.float64_seen is False and seen.autocast_seen is False
     assert seen.memory == MemoryReading(None, None, None)
     assert Note("unmeasured", "device memory: the device is the CPU") in seen.notes

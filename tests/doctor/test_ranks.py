@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from observations import host, on_cpu, steps  # noqa: I001 - the tests' own helpers
 
-from gpufeed.doctor.collectives import BucketTiming, step_collectives
 from gpufeed.doctor.diagnose import diagnose
 from gpufeed.doctor.observation import Ranks, RankSummary
+from gpufeed.doctor.rank_timing import BucketTiming, rank_step
 from gpufeed.doctor.ranks import RankContext, launcher_arguments, summarize, with_ranks
 from gpufeed.errors import GpufeedError
 
@@ -30,23 +30,29 @@ def test_a_steps_all_reduce_is_the_union_in_flight_the_wait_after_the_last_call_
     # a bucket of the next step at 10.1 is left out
     buckets = [BucketTiming(10.02, 10.05, 1000), BucketTiming(10.04, 10.06, 2000), BucketTiming(10.07, 10.09, 4000),
                BucketTiming(10.10, 10.12, 8000)]
-    step = step_collectives(buckets, 10.0, 0.1)
+    forwards, optimizer_steps = [(10.0, 10.01), (10.1, 10.11)], [(10.095, 10.099)]
+    step = rank_step(buckets, forwards, optimizer_steps, 10.0, 0.1)
     assert step.collective_s == pytest.approx(0.04 + 0.02)  # [10.02, 10.06] and [10.07, 10.09]
     assert step.exposed_s == pytest.approx(0.02)  # last call 10.07, last completion 10.09
     assert (step.bytes, step.buckets) == (7000, 3)
-    assert step_collectives(buckets, 20.0, 0.1) == step_collectives([], 0.0, 1.0)
+    assert step.forward_s == pytest.approx(0.01) and step.optimizer_s == pytest.approx(0.004)
+    assert rank_step(buckets, [], [], 20.0, 0.1) == rank_step([], [], [], 0.0, 1.0)
 
 
 def test_a_rank_record_is_summarized_as_means_per_step_in_milliseconds() -> None:
     record = {"rank": 1, "problem": None, "steps": [
-        {"wall_s": 0.10, "data_wait_s": 0.02, "collective_s": 0.03, "exposed_s": 0.01, "bytes": 100},
-        {"wall_s": 0.20, "data_wait_s": 0.04, "collective_s": 0.05, "exposed_s": 0.03, "bytes": 300}]}
+        {"wall_s": 0.10, "data_wait_s": 0.02, "collective_s": 0.03, "exposed_s": 0.01, "bytes": 100,
+         "forward_s": 0.02, "optimizer_s": 0.01},
+        {"wall_s": 0.20, "data_wait_s": 0.04, "collective_s": 0.05, "exposed_s": 0.03, "bytes": 300,
+         "forward_s": 0.04, "optimizer_s": 0.03}]}
     summary = summarize(record)
     assert (summary.rank, summary.steps) == (1, 2)
     assert summary.step_ms == pytest.approx(150.0) and summary.data_wait_ms == pytest.approx(30.0)
     assert summary.exposed_ms == pytest.approx(20.0) and summary.collective_ms == pytest.approx(40.0)
     assert summary.compute_ms == pytest.approx(100.0)  # 150 - 30 - 20
     assert summary.bytes_per_step == pytest.approx(200.0)
+    assert (summary.forward_ms, summary.optimizer_ms) == (pytest.approx(30.0), pytest.approx(20.0))
+    assert summary.backward_ms == pytest.approx(50.0)  # 100 - 30 - 20
 
 
 # --- the rules on hand-made ranks ---------------------------------------------------------------------------
@@ -134,13 +140,16 @@ def doctor_two_ranks(case: str, tmp_path: Path, steps: int = 10, warmup: int = 3
     return completed, json.loads(target.read_text())
 
 
-@pytest.mark.parametrize("case, rank, cause", [("slow_data", 1, "input"), ("slow_backward", 1, "compute")])
-def test_a_straggler_is_named_with_its_rank_and_cause(case: str, rank: int, cause: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("case, rank, cause, part", [("slow_data", 1, "input", None),
+                                                    ("slow_backward", 1, "compute", "backward")])
+def test_a_straggler_is_named_with_its_rank_and_cause(case: str, rank: int, cause: str, part: str | None,
+                                                      tmp_path: Path) -> None:
     completed, document = doctor_two_ranks(case, tmp_path)
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert document["verdict"]["primary"] == "straggler" and document["verdict"]["world_size"] == 2
     found = {f["kind"]: f for f in document["findings"]}["straggler"]
     assert (found["evidence"]["rank"], found["evidence"]["cause"]) == (rank, cause)
+    assert found["evidence"]["compute_part"] == part  # the spin is in a gradient hook: the backward pass
     # the injected delay: 8 samples x 4 ms of sleep, or 30 ms of spinning, a step; the other rank waits for it
     assert 20.0 <= found["evidence"]["cost_to_others_ms"] <= 200.0
     assert [r["rank"] for r in document["ranks"]] == [0, 1] and len(document["timeline"]["ranks"]) == 2
@@ -201,3 +210,18 @@ def test_a_rank_slowest_in_only_some_steps_is_not_a_straggler() -> None:
     assert any("the slowest rank changes from step to step (rank 1 in 70% of them)" in n.text for n in report.notes)
     records[1] = record(1, [48] * 8 + [30, 30])  # 8 of 10: a straggler
     assert "straggler" in {f.kind for f in diagnose(with_ranks(on_cpu(steps(20), host()), 2, records, [])).findings}
+
+
+def test_the_all_reduce_itself_is_the_least_wait_of_each_step_not_of_each_ranks_mean() -> None:
+    """Ranks take turns arriving last: each mean holds the other's turns. Per step, the least wait is the
+    all-reduce itself: here 1 ms, while each rank's mean wait is 20.5 ms."""
+    def record(index: int, exposed_ms: list[float]) -> dict:
+        return {"rank": index, "problem": None, "steps": [
+            {"wall_s": 0.1, "data_wait_s": 0.0, "collective_s": e / 1000 + 0.001, "exposed_s": e / 1000,
+             "bytes": 10} for e in exposed_ms]}
+
+    records = [record(0, [1, 40, 1, 40]), record(1, [40, 1, 40, 1])]
+    seen = with_ranks(on_cpu(steps(20), host()), 2, records, [])
+    assert (seen.ranks.floor_exposed_ms, seen.ranks.floor_in_flight_ms) == (pytest.approx(1.0), pytest.approx(2.0))
+    assert [r.exposed_ms for r in seen.ranks.per_rank] == [pytest.approx(20.5)] * 2
+    assert "communication" not in {f.kind for f in diagnose(seen).findings}  # 1 ms of a 100 ms step

@@ -52,8 +52,8 @@ def launch(args) -> int:
 
 def run_rank(args, context) -> int:
     """One rank of a torchrun job: watch the script, send the record; rank 0 gathers and reports."""
-    from gpufeed.doctor.collectives import CollectiveTimer
     from gpufeed.doctor.inject import check_target, run_script
+    from gpufeed.doctor.rank_timing import RankTimer
     from gpufeed.doctor.ranks import GRACE_S, Exchange, RankGuard, exit_now, rank_record
     from gpufeed.doctor.watch import Watcher
 
@@ -70,7 +70,7 @@ def run_rank(args, context) -> int:
                             f"stopping after {args.timeout:g} s without a step")
     watcher = Watcher(steps=args.steps, warmup=args.warmup, profile_steps=args.profile_steps)
     exchange = Exchange(context, timeout_s=args.timeout)
-    timer = CollectiveTimer()
+    timer = RankTimer()
 
     def record(problem: str | None) -> dict:
         return rank_record(context.rank, watcher.records, watcher.started_s, timer, problem, watcher.device or "cpu")
@@ -144,12 +144,13 @@ def _show_ranks(report) -> None:
     if not report.ranks:
         return
     table = Table(title=f"ranks ({report.verdict.world_size}), means per watched step")
-    for column in ("rank", "steps", "step ms", "data wait ms", "compute ms", "all-reduce in flight ms",
-                   "all-reduce waited ms", "MiB all-reduced"):
+    for column in ("rank", "steps", "step ms", "data wait ms", "forward ms", "backward ms", "optimizer ms",
+                   "all-reduce in flight ms", "all-reduce waited ms", "MiB all-reduced"):
         table.add_column(column, justify="right")
     for rank in report.ranks:
         table.add_row(str(rank["rank"]), str(rank["steps"]), f"{rank['step_ms']:.1f}", f"{rank['data_wait_ms']:.1f}",
-                      f"{rank['compute_ms']:.1f}", f"{rank['collective_ms']:.1f}", f"{rank['exposed_ms']:.1f}",
+                      f"{rank['forward_ms']:.1f}", f"{rank['backward_ms']:.1f}", f"{rank['optimizer_ms']:.1f}",
+                      f"{rank['collective_ms']:.1f}", f"{rank['exposed_ms']:.1f}",
                       f"{rank['bytes_per_step'] / 2**20:.2f}")
     console.print(table)
 

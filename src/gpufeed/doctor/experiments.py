@@ -27,6 +27,7 @@ never a gain.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import statistics
 import weakref
@@ -126,6 +127,7 @@ def loader_arguments(changes: Changes, change: Callable[[dict], None]) -> None:
     def make_init(original):
         signature = inspect.signature(original)
 
+        @functools.wraps(original)  # Lightning reads the signature of the __init__ it wraps
         def __init__(loader, *args, **kwargs):
             bound = signature.bind(loader, *args, **kwargs)
             change(bound.arguments)
@@ -168,12 +170,15 @@ def typical_batch(records: list[StepRecord]) -> int | None:
 
 
 def loader_experiment(kind: str, name: str, *, workers: int | None = None, pin_memory: bool = False,
-                      batch_factor: int = 1) -> Experiment:
+                      batch_factor: int = 1, path: str | None = None) -> Experiment:
     """Every DataLoader built with `workers` workers (and persistent_workers), pinned memory, a `batch_factor`
-    times larger batch_size: whichever are given."""
+    times larger batch_size: whichever are given. `path`: how that reaches the framework's training loader, in
+    words (framework_words.experiment_path), added to the description."""
     settings = ([f"num_workers={workers}", "persistent_workers=True"] if workers else []) + (
         ["pin_memory=True"] if pin_memory else [])
     description = f"DataLoader({', '.join(settings)})" if settings else "DataLoader as it was"
+    if path:
+        description += f", {path}"
     if batch_factor != 1:
         description = (f"DataLoader batch_size x{batch_factor} (this changes the optimisation: learning rate, "
                        f"steps per epoch)")

@@ -5,6 +5,10 @@
   the data wait; `DataLoader.__iter__` (worker start-up counts as waiting); the loader's workers and pin_memory.
   Each batch is named by the line that asked for it (`call_site`), so that the Watcher can leave a validation
   loop's batches out (clock.py); the loader's __iter__ and its final StopIteration are data wait of the step.
+  Inside the loader (loader_split.py): `_BaseDataLoaderIter.__init__` and `_MapDatasetFetcher.fetch`, so that
+  each batch's time is split into __getitem__, collate, the hand-over from a worker and pinning.
+  `DataLoader.__init__` (and TrainingArguments, when transformers is imported): where each loader was built and
+  its settings (frameworks.py), passed with each batch of its iterators so the fixes can name the user's line.
 - a global optimizer step post-hook: the step clock once any optimizer steps (the first optimizer to step, when
   there are several: a GAN's discriminator, say; the distinct optimizers are counted for the report).
 - global module forward pre/post hooks: the outermost forward (no other active) with grad enabled after a backward
@@ -21,7 +25,8 @@ With `stop_when_done`, once the watch is complete (or `stop_requested` is set, b
 next hook raises `_DoctorStop`, a BaseException that `except Exception` in the script does not swallow.
 
 Cost: a step costs the clock's hook (about 10 µs for the optimizer's on a 2-core CPU) plus, on CUDA, two events and
-a few µs per patched call; loops timed by the forward clock pay a hook call per module call. Patched Tensor methods
+a few µs per patched call; loops timed by the forward clock pay a hook call per module call; inside the loader a
+batch costs a few clock reads and one small object (loader_split.py), nothing per sample. Patched Tensor methods
 are a graph break under torch.compile. DataLoader workers fork with the hooks installed; they count nothing.
 """
 
@@ -30,11 +35,13 @@ from __future__ import annotations
 import os
 import time
 import warnings
+import weakref
 
 import torch
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from gpufeed.doctor.frameworks import Constructions
 from gpufeed.doctor.patching import Patch, call_site, first_tensor
 from gpufeed.doctor.report import Note
 
@@ -63,6 +70,8 @@ class Instrumentation:
         self._inside = 0  # inside an instrumented copy or wait: torch's sync warnings there are already counted
         self._sync_debug_previous: int | None = None
         self._warnings_saved: tuple | None = None
+        self.built = Constructions()  # where each DataLoader was built (frameworks.py)
+        self._origins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # iterator -> its loader's origin
 
     def install(self) -> None:
         self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
@@ -81,6 +90,9 @@ class Instrumentation:
         for patch in reversed(self._patches):
             patch.restore()
         self._patches = []
+        self.built.remove()
+        self.watcher.notes += [Note("unmeasured", f"loader site: {problem}") for problem in self.built.problems]
+        self.built.problems = []
         self._clock_optimizer = None
         self._end_sync_debug()
 
@@ -153,6 +165,9 @@ class Instrumentation:
     # --- the loader ---------------------------------------------------------------------------------------
     def _patch_loader(self) -> None:
         from torch.utils.data import dataloader
+        from torch.utils.data._utils import fetch
+
+        from gpufeed.doctor import loader_split
 
         instrumentation, watcher = self, self.watcher
 
@@ -166,9 +181,11 @@ class Instrumentation:
                 except StopIteration:  # the epoch's end (workers shut down): time in the loader all the same
                     watcher.on_loader_wait(time.perf_counter() - start, loader)
                     raise
+                split, parts = loader_split.taken(iterator)
                 watcher.on_batch_wait(time.perf_counter() - start, batch, loader=loader,
                                       workers=getattr(iterator, "_num_workers", None),
-                                      pin_memory=getattr(iterator, "_pin_memory", None))
+                                      pin_memory=getattr(iterator, "_pin_memory", None), split=split, parts=parts,
+                                      origin=instrumentation._origins.get(iterator))
                 instrumentation._maybe_stop()
                 return batch
             return __next__
@@ -178,12 +195,22 @@ class Instrumentation:
                 start = time.perf_counter()
                 iterator = original(loader)
                 watcher.on_loader_wait(time.perf_counter() - start, call_site())  # workers starting
+                instrumentation._origins[iterator] = instrumentation.built.origin(loader)
                 watcher.seen["DataLoader iterations"] += 1
                 return iterator
             return __iter__
 
+        def make_init(original):
+            def __init__(iterator, *args, **kwargs):
+                original(iterator, *args, **kwargs)
+                loader_split.instrument(iterator)
+            return __init__
+
         self._patches += [Patch(dataloader._BaseDataLoaderIter, "__next__", make_next),
-                          Patch(dataloader.DataLoader, "__iter__", make_iter)]
+                          Patch(dataloader.DataLoader, "__iter__", make_iter),
+                          Patch(dataloader._BaseDataLoaderIter, "__init__", make_init),
+                          Patch(fetch._MapDatasetFetcher, "fetch", loader_split.timed_fetch)]
+        self.built.install(self._patches)
 
     # --- CUDA copies and waits ----------------------------------------------------------------------------
     def _patch_cuda(self) -> None:

@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 
 from gpufeed.doctor.hooks import Instrumentation, _DoctorStop
+from gpufeed.doctor.patching import shown_path
 from gpufeed.errors import GpufeedError
 
 STOP_SIGNAL = getattr(signal, "SIGUSR1", None)
@@ -97,8 +98,7 @@ def describe_exception(error: BaseException) -> str:
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__
     if frame is None:
         return text
-    name = os.path.relpath(frame.filename) if not os.path.relpath(frame.filename).startswith("..") else frame.filename
-    return f"{text} ({name}:{frame.lineno})"
+    return f"{text} ({shown_path(frame.filename)}:{frame.lineno})"
 
 
 class _Watchdog:

@@ -2,8 +2,10 @@
 
 `Watcher.observe()` (watch.py) builds it, the only place one is made from a run: the watched steps and the host
 samples, the device, the host's cores and torch's threads, the training loader's settings, device memory, the
-profiled window, what a step held, the dtypes seen, the ranks, the notes so far and the script's error. Every
-field is filled there; None inside a part means that reading could not be taken (its reason is a note).
+profiled window, what a step held, the dtypes seen, the ranks, the notes so far, the script's error, the
+step's arithmetic (FLOPs counted in a warm-up step, flops.py), and the framework with the training loader's site
+and settings (`setup`, frameworks.py). Every field is filled there; None inside a part means that reading could
+not be taken (its reason is a note).
 
 Derived here, for every finding alike: `totals` (sums over the watched steps), `on_gpu`, the batch size, the
 device's busy fraction (`device_busy`, `busy`), the batch the model sees (`model_batch`) and GPM's activity means.
@@ -11,6 +13,8 @@ device's busy fraction (`device_busy`, `busy`), the batch the model sees (`model
 
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 from collections import Counter
 from collections.abc import Callable
@@ -18,10 +22,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor.frameworks import PLAIN, Setup
+
 if TYPE_CHECKING:
+    from gpufeed.doctor.flops import StepArithmetic
     from gpufeed.doctor.profile import ProfiledStep, ProfileSummary
     from gpufeed.doctor.report import Note
-    from gpufeed.measure.steps import HostSample, StepRecord
+    from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,17 @@ class LoaderSettings:
     workers: int | None
     pin_memory: bool | None
     restart_s: float  # of the watched steps' data wait, seconds in its __iter__ or final StopIteration
+    parts: LoaderParts | None = None  # its collate function and untimed parts; None: its iterator not instrumented
+
+
+@dataclass(frozen=True)
+class LoaderParts:
+    """What the doctor knows of a DataLoader iterator's parts besides their times (loader_split.py): its collate
+    function, and the parts it cannot time with why ("what: why" lines)."""
+
+    collate_name: str | None  # "pad_batch", "default_collate"
+    collate_site: str | None  # "train.py:18", from the function's code object; None: no Python code
+    gaps: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,8 +77,10 @@ class StepShape:
 
 @dataclass(frozen=True)
 class RankSummary:
-    """One rank's watched steps, as means per step in milliseconds (ranks.py gathers them; collectives.py times
-    the all-reduce). compute_ms is the rest of the step: wall - data wait - exposed all-reduce."""
+    """One rank's watched steps, as means per step in milliseconds (ranks.py gathers them; rank_timing.py times
+    the forward, the all-reduce and the optimizer step). compute_ms is the rest of the step: wall - data wait -
+    exposed all-reduce; of it, forward_ms (DDP's forward), optimizer_ms (optimizer.step) and backward_ms, the
+    rest (the loss, the backward pass, zero_grad)."""
 
     rank: int
     steps: int
@@ -72,6 +92,9 @@ class RankSummary:
     bytes_per_step: float  # all-reduced
     problem: str | None = None  # why this rank's watch is incomplete (it raised, stalled, ...)
     slowest_share: float | None = None  # of the steps all ranks watched, the share where its own work was the most
+    forward_ms: float = 0.0
+    backward_ms: float = 0.0
+    optimizer_ms: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +105,11 @@ class Ranks:
     world_size: int = 1
     per_rank: tuple[RankSummary, ...] = ()
     missing: tuple[str, ...] = ()  # "rank 1: the script raised ZeroDivisionError ..."
+    # the all-reduce itself, without waiting for another rank: per step, the rank that waited least (it arrived
+    # last), its wait after backward and its time in flight, averaged over the steps all ranks watched (ms); None
+    # when not computed from the steps (then the least-waiting rank's means stand in)
+    floor_exposed_ms: float | None = None
+    floor_in_flight_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +159,7 @@ class Totals:
     compute_s: float | None
     compute_wall_s: float
     samples: int | None
+    loader_split: LoaderSplit | None = None  # the steps' loader time by part, over the batches timed inside
 
     @classmethod
     def of(cls, records: tuple[StepRecord, ...], batch_size: int | None) -> Totals:
@@ -140,11 +169,12 @@ class Totals:
             samples = sum(sizes)
         else:
             samples = batch_size * len(records) if batch_size is not None else None
+        splits = [r.loader_split for r in records if r.loader_split is not None]
         return cls(len(records), sum(r.wall_s for r in records), sum(r.data_wait_s for r in records),
                    sum(r.copy_s for r in records), sum(r.copy_bytes for r in records),
                    sum(r.copy_pageable_bytes for r in records), sum(r.sync_s for r in records),
                    sum(r.sync_count for r in records), sum(r.compute_s for r in timed) if timed else None,
-                   sum(r.wall_s for r in timed), samples)
+                   sum(r.wall_s for r in timed), samples, functools.reduce(operator.add, splits) if splits else None)
 
     def share(self, seconds: float) -> float:
         """seconds / sum(wall_s), rounded to 12 places so that 0.02 / 0.1 compares as 0.2 with a threshold."""
@@ -175,6 +205,8 @@ class Observation:
     ranks: Ranks
     notes: tuple[Note, ...]  # the instrumentation's and the caller's, in order
     script_error: str | None  # the script's exception, one line
+    arithmetic: StepArithmetic | None = None  # a warm-up step's FLOPs and the peak (flops.py); None: not counted
+    setup: Setup = PLAIN  # the training loop's framework and its loader's site and settings (frameworks.py)
 
     @cached_property
     def batch_size(self) -> int | None:

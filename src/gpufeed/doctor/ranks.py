@@ -12,9 +12,10 @@ the same optimizer step and none is left inside a collective that its peers will
 
 Gathering (`Exchange`): through the c10d TCPStore torchrun keeps for the job at MASTER_ADDR:MASTER_PORT (the
 agent's store; it works across nodes), under keys of this job (`gpufeed-doctor/<run id>/`). Each rank sets its
-record (`rank_record`: JSON, never pickle: its watched steps with their all-reduce, collectives.py, and what went
-wrong); rank 0 waits for all of them up to the doctor's --timeout, names the ranks that did not answer, writes
-the report, and then sets "done", which the other ranks wait for (also bounded) before they exit.
+record (`rank_record`: JSON, never pickle: its watched steps with their forward, all-reduce and optimizer step,
+rank_timing.py, and what went wrong); rank 0 waits for all of them up to the doctor's --timeout, names the ranks
+that did not answer, writes the report, and then sets "done", which the other ranks wait for (also bounded)
+before they exit.
 
 A rank that crashes or hangs (`RankGuard`, a thread in every rank): a rank whose script raised sets its record and
 a "failed" key, and waits for rank 0's "done" before it exits, so that torchrun does not stop rank 0 first. On
@@ -39,8 +40,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpufeed.doctor.collectives import CollectiveTimer, step_collectives
 from gpufeed.doctor.observation import Observation, Ranks, RankSummary
+from gpufeed.doctor.rank_timing import RankTimer
 from gpufeed.errors import GpufeedError
 
 # gpufeed's choice: after a peer failed, rank 0's own loop gets this long to come back (it may have finished its
@@ -94,16 +95,15 @@ def launcher_arguments(words: list[str], nproc: int) -> list[str]:
 # --- one rank's record --------------------------------------------------------------------------------------
 
 
-def rank_record(rank: int, records, started_s: float, timer: CollectiveTimer, problem: str | None,
+def rank_record(rank: int, records, started_s: float, timer: RankTimer, problem: str | None,
                 device: str) -> dict:
-    """What a rank sends: each watched step's wall time and data wait, its all-reduce (collectives.py), and why
-    the watch is incomplete (None: it completed). JSON-able."""
-    buckets = timer.taken()
+    """What a rank sends: each watched step's wall time and data wait, its forward, all-reduce and optimizer
+    step (rank_timing.py), and why the watch is incomplete (None: it completed). JSON-able."""
     steps = []
     for record in records:
-        collectives = step_collectives(buckets, started_s + record.start_s, record.wall_s)
+        timed = timer.step(started_s + record.start_s, record.wall_s)
         steps.append({"index": record.index, "start_s": record.start_s, "wall_s": record.wall_s,
-                      "data_wait_s": record.data_wait_s, **dataclasses.asdict(collectives)})
+                      "data_wait_s": record.data_wait_s, **dataclasses.asdict(timed)})
     return {"rank": rank, "device": device, "problem": problem, "steps": steps}
 
 
@@ -115,11 +115,14 @@ def summarize(record: dict) -> RankSummary:
         return 1000.0 * statistics.fmean(step[key] for step in steps) if steps else 0.0
 
     step, wait, exposed = mean("wall_s"), mean("data_wait_s"), mean("exposed_s")
+    compute = max(0.0, step - wait - exposed)
+    forward = mean("forward_s") if steps and "forward_s" in steps[0] else 0.0
+    optimizer = mean("optimizer_s") if steps and "optimizer_s" in steps[0] else 0.0
     return RankSummary(rank=int(record["rank"]), steps=len(steps), step_ms=step, data_wait_ms=wait,
-                       compute_ms=max(0.0, step - wait - exposed), collective_ms=mean("collective_s"),
-                       exposed_ms=exposed,
+                       compute_ms=compute, collective_ms=mean("collective_s"), exposed_ms=exposed,
                        bytes_per_step=statistics.fmean(s["bytes"] for s in steps) if steps else 0.0,
-                       problem=record.get("problem"))
+                       problem=record.get("problem"), forward_ms=forward, optimizer_ms=optimizer,
+                       backward_ms=max(0.0, compute - forward - optimizer))
 
 
 def slowest_shares(records: list[dict]) -> dict[int, float]:
@@ -134,14 +137,31 @@ def slowest_shares(records: list[dict]) -> dict[int, float]:
     return {rank: won / count for rank, won in wins.items()} if count else {}
 
 
+def communication_floor(records: list[dict]) -> tuple[float | None, float | None]:
+    """(exposed, in flight) in ms of the all-reduce itself: per step (by position) the rank that waited least after
+    backward, its wait and its time in flight, averaged over the steps every rank watched. Ranks take turns
+    arriving last, so a rank's mean includes the steps where it waited for the other: the per-step least does
+    not."""
+    watched = [r for r in records if r["steps"]]
+    count = min((len(r["steps"]) for r in watched), default=0)
+    if len(watched) < 2 or count == 0:
+        return None, None
+    least = [min((r["steps"][position] for r in watched), key=lambda step: step["exposed_s"])
+             for position in range(count)]
+    return (1000.0 * statistics.fmean(step["exposed_s"] for step in least),
+            1000.0 * statistics.fmean(step["collective_s"] for step in least))
+
+
 def with_ranks(seen: Observation, world_size: int, records: list[dict], missing: list[str]) -> Observation:
     """Rank 0's observation with every gathered rank (a rank that watched no step is a `missing` line)."""
     shares = slowest_shares(records)
+    floor_exposed, floor_in_flight = communication_floor(records)
     summaries = tuple(dataclasses.replace(summarize(r), slowest_share=shares.get(r["rank"]))
                       for r in sorted(records, key=lambda r: r["rank"]) if r["steps"])
     missing = missing + [f"rank {r['rank']}: no watched step ({r.get('problem') or 'none recorded'})"
                          for r in records if not r["steps"]]
-    return dataclasses.replace(seen, ranks=Ranks(world_size, summaries, tuple(missing)))
+    return dataclasses.replace(seen, ranks=Ranks(world_size, summaries, tuple(missing), floor_exposed,
+                                                 floor_in_flight))
 
 
 def rank_problems(records: list[dict], missing: list[str]) -> list[str]:

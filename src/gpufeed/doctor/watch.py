@@ -37,11 +37,21 @@ import torch
 
 from gpufeed.doctor.clock import Held, StepContents, batch_size_of, step_shape
 from gpufeed.doctor.diagnose import diagnose
-from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Observation, ProfileWindow, Ranks
+from gpufeed.doctor.flops import FlopCount, step_arithmetic
+from gpufeed.doctor.frameworks import LoaderOrigin, setup_of
+from gpufeed.doctor.observation import (
+    Host,
+    LoaderParts,
+    LoaderSettings,
+    MemoryReading,
+    Observation,
+    ProfileWindow,
+    Ranks,
+)
 from gpufeed.doctor.profile import PROFILE_STEPS, ProfileSummary, StepProfiler, cuda_traced, profile_notes
 from gpufeed.doctor.report import Note, Report, unmeasured
 from gpufeed.measure.sampler import Sampler
-from gpufeed.measure.steps import HostSample, StepRecord
+from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord
 from gpufeed.measure.timing import event_pairs_seconds
 
 SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
@@ -49,7 +59,7 @@ CPU_DEVICE = ("host-to-device copies: the device is the CPU",
               "sync stalls: the device is the CPU (.item() does not wait for a device)",
               "device compute time: the device is the CPU; wall time minus data wait is the compute")
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
-              "sync_s": 0.0, "batch_size": None, "float64_ops": 0}
+              "sync_s": 0.0, "batch_size": None, "float64_ops": 0, "loader_split": None}
 
 
 class Watcher:
@@ -74,6 +84,9 @@ class Watcher:
         self.autocast_seen: bool | None = None  # an outermost forward ran under torch.autocast (None: none seen)
         self.loader_workers: int | None = None
         self.loader_pin_memory: bool | None = None
+        self.loader_parts: LoaderParts | None = None  # the training loader iterator's (loader_split.py)
+        self.loader_origin: LoaderOrigin | None = None  # where the training loader was built (frameworks.py)
+        self.loader_site: tuple | None = None  # where its batches are asked for (call_site)
         self.threads: int | None = None  # torch's intra-op threads as the script left them (None: read now)
         self.notes: list[Note] = []  # what the instrumentation could not measure
         self._start_s = self._last_s = time.perf_counter()
@@ -81,6 +94,7 @@ class Watcher:
         self._raw: list[tuple[dict, list, Held]] = []  # closed steps past warm-up: fields, CUDA event pairs, Held
         self._step, self._regions, self._region_start = dict(_ZERO_STEP), [], None
         self.contents = StepContents()  # the step's training batches and model rows (clock.py)
+        self.flop_count = FlopCount()  # the FLOPs of the last warm-up step (flops.py)
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -94,6 +108,7 @@ class Watcher:
             self._end_profile("the loop ended first")
         if self._sampler is not None:
             self._sampler.close()
+        self.flop_count.close()
 
     @property
     def started_s(self) -> float:
@@ -115,9 +130,12 @@ class Watcher:
         self._close_region()
 
     def on_batch_wait(self, seconds: float, batch: Any, loader: Any = None, workers: int | None = None,
-                      pin_memory: bool | None = None) -> None:
+                      pin_memory: bool | None = None, split: LoaderSplit | None = None,
+                      parts: LoaderParts | None = None, origin: LoaderOrigin | None = None) -> None:
         """A batch arrived after `seconds` blocked in the loader's __next__. `loader` names where it was asked
-        for (clock.py; None: the loader `watch()` wraps); `workers` and `pin_memory` are its loader's settings."""
+        for (clock.py; None: the loader `watch()` wraps); `workers` and `pin_memory` are its loader's settings;
+        `split` the batch's loader time by part and `parts` its iterator's (loader_split.py), None: not timed;
+        `origin` where its loader was built (frameworks.py; None: not recorded)."""
         if self.done:
             return
         self.seen["batches"] += 1
@@ -125,8 +143,12 @@ class Watcher:
             self.contents.on_batch(loader, None, training=False)
             return
         if loader is not None:
-            self.loader_workers, self.loader_pin_memory = workers, pin_memory
+            self.loader_workers, self.loader_pin_memory, self.loader_parts = workers, pin_memory, parts
+            self.loader_origin, self.loader_site = origin, loader
         self._step["data_wait_s"] += seconds
+        if split is not None:  # with the wait it splits (which the loader clock closes with the step before)
+            earlier = self._step["loader_split"]
+            self._step["loader_split"] = split if earlier is None else earlier + split
         self.step_boundary("loader")
         size = batch_size_of(batch)
         if size is not None:
@@ -182,6 +204,7 @@ class Watcher:
             return False
         if self._profiler is not None:
             return self._profile_boundary(source)
+        self.flop_count.stop()  # before the time is read: no watched step runs under the counter
         now = time.perf_counter()
         self.boundaries += 1
         self._close_region()
@@ -190,6 +213,7 @@ class Watcher:
             self.source, self.steps_closed, self._raw = source, 0, []
         else:
             self.steps_closed += 1
+            self.flop_count.keep(self.steps_closed == self.warmup)  # the step counted was the last warm-up step
             if self.steps_closed > self.warmup:
                 fields = dict(self._step, index=len(self._raw), start_s=self._last_s - self._start_s,
                               wall_s=now - self._last_s)
@@ -198,6 +222,8 @@ class Watcher:
                     self._begin_profile()
         self._step, self._regions, self._last_s = dict(_ZERO_STEP), [], now
         self._open_region()
+        if self.steps_closed == self.warmup - 1:  # the next step is the last warm-up step: count its FLOPs
+            self.flop_count.start()
         return True
 
     # --- the profiled window (profile.py) -------------------------------------------------------------------
@@ -272,15 +298,22 @@ class Watcher:
             lines += unmeasured(["float64 operations per step: not counted; a float64 model input or parameter "
                                  "was seen"])
         memory, memory_notes = device_memory(cuda)
+        arithmetic, arithmetic_notes = step_arithmetic(self.flop_count, cuda, self.warmup)
         watched = [(fields["batch_size"], held) for fields, _, held in self._raw]
         shape, shape_notes = step_shape(watched, self.contents, self.forward_batch_size, self.source,
                                         self.seen["optimizers"])
         restart_s = sum(held.restart_s for _, held in watched)
-        loader = LoaderSettings(self.loader_workers, self.loader_pin_memory, restart_s)
+        loader = LoaderSettings(self.loader_workers, self.loader_pin_memory, restart_s, self.loader_parts)
         return Observation(tuple(self.records), tuple(self.samples), device,
                            Host(os.cpu_count(), self.threads or torch.get_num_threads()), loader, memory,
                            ProfileWindow.of(self.profile), shape, self.float64_seen, self.autocast_seen, Ranks(),
-                           tuple(shape_notes + lines + memory_notes), script_error)
+                           tuple(shape_notes + lines + memory_notes + arithmetic_notes), script_error,
+                           arithmetic=arithmetic, setup=setup_of(self.loader_origin, self._site_file()))
+
+    def _site_file(self) -> str | None:
+        """The file of the line that asked for the training batches (call_site's), when known."""
+        site = self.loader_site
+        return site[0] if isinstance(site, tuple) and site and isinstance(site[0], str) else None
 
     def report(self, script_error: str | None = None, notes: Iterable[Note] = ()) -> Report:
         """The doctor's Report on what was watched (`diagnose`)."""

@@ -6,6 +6,34 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
+class LoaderSplit:
+    """A DataLoader's time for `batches` batches by part, seconds summed over them (gpufeed.doctor.loader_split
+    defines each part and says where it is timed); None: that part was not measured for them, or does not apply
+    (no hand-over without worker processes, no pinning without pin_memory)."""
+
+    batches: int
+    getitem_s: float | None  # the Dataset's __getitem__ for every sample of a batch
+    collate_s: float | None  # the collate function
+    handover_s: float | None  # the loop's wait for a finished batch to arrive from its worker, pinning apart
+    pin_s: float | None  # pin_memory
+
+    def __add__(self, other: LoaderSplit) -> LoaderSplit:
+        """Both together; a part measured for only one of them is None."""
+        def both(mine: float | None, theirs: float | None) -> float | None:
+            return None if mine is None or theirs is None else mine + theirs
+        return LoaderSplit(self.batches + other.batches, both(self.getitem_s, other.getitem_s),
+                           both(self.collate_s, other.collate_s), both(self.handover_s, other.handover_s),
+                           both(self.pin_s, other.pin_s))
+
+    def per_batch_ms(self) -> dict[str, float | None]:
+        """{"getitem_ms", "collate_ms", "handover_ms", "pin_ms"}: each part's mean per batch, milliseconds."""
+        parts = {"getitem": self.getitem_s, "collate": self.collate_s, "handover": self.handover_s,
+                 "pin": self.pin_s}
+        return {f"{name}_ms": None if seconds is None else 1000.0 * seconds / self.batches
+                for name, seconds in parts.items()}
+
+
+@dataclass(frozen=True)
 class StepRecord:
     """One training step. Times are seconds of wall clock unless named otherwise; None = not measured."""
 
@@ -23,6 +51,8 @@ class StepRecord:
     float64_ops: int  # operations on float64 tensors seen in the step (0 when not traced)
     kernel_launches: int | None  # device kernels launched in the step, when counted (the doctor counts them in
     # a profiled window after the watched steps instead: gpufeed.doctor.profile)
+    loader_split: LoaderSplit | None = None  # the step's training batches' loader time by part (the doctor's
+    # DataLoader instrumentation, gpufeed.doctor.loader_split); None: none of its batches was timed inside
 
 
 @dataclass(frozen=True)

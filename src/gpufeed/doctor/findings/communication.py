@@ -1,12 +1,12 @@
 """communication: the gradient all-reduce is not hidden behind the backward pass (distributed runs).
 
-Judged from the gathered ranks (`Ranks.per_rank`, ranks.py; collectives.py times DDP's all-reduce). The
-communication a step pays is the smallest exposed all-reduce wait over the ranks: the rank the others wait for
-waits least, so its wait after backward's last gradients is the communication itself, not a wait for another
-rank (that is straggler's). Found when it is at least COMMUNICATION_SHARE_MEDIUM of the median rank's step.
-Evidence: the bytes all-reduced per step and the bandwidth reached (bytes over the time an all-reduce was in
-flight), both on that rank (on the others the time in flight includes waiting for it). No --try experiment (the
-fixes are DDP arguments in the script).
+Judged from the gathered ranks (`Ranks`, ranks.py; rank_timing.py times DDP's all-reduce). The communication a
+step pays is the all-reduce waited for after backward on the rank that waited least in that step: it arrived
+last, so its wait is the all-reduce itself, not a wait for another rank (that is straggler's); ranks take turns
+arriving last, so this is taken per step and averaged (`Ranks.floor_exposed_ms`). Found when it is at least
+COMMUNICATION_SHARE_MEDIUM of the median rank's step. Evidence: the bytes all-reduced per step and the bandwidth
+reached (bytes over that rank's time in flight). No --try experiment (the fixes are DDP arguments in the
+script).
 """
 
 from __future__ import annotations
@@ -39,17 +39,20 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
                          "collectives are not timed)")
         return None
     least = min(ranks, key=lambda r: r.exposed_ms)
+    exposed_ms, in_flight_ms = seen.ranks.floor_exposed_ms, seen.ranks.floor_in_flight_ms
+    if exposed_ms is None:  # no per-step readings: the least-waiting rank's means
+        exposed_ms, in_flight_ms = least.exposed_ms, least.collective_ms
     step_ms = statistics.median(r.step_ms for r in ranks)
-    share = min(1.0, least.exposed_ms / step_ms)
+    share = min(1.0, exposed_ms / step_ms)
     if share < COMMUNICATION_SHARE_MEDIUM:
         return None
-    in_flight_ms, nbytes = least.collective_ms, least.bytes_per_step  # the others' include waiting for it
+    nbytes = statistics.median(r.bytes_per_step for r in ranks)
     bandwidth = nbytes / (in_flight_ms / 1000.0) / 1e9 if in_flight_ms > 0 else None
-    evidence = {"world_size": world, "communication_share": share, "exposed_ms": least.exposed_ms,
+    evidence = {"world_size": world, "communication_share": share, "exposed_ms": exposed_ms,
                 "in_flight_ms": in_flight_ms, "bytes_per_step": nbytes, "bandwidth_gb_per_s": bandwidth,
                 "step_ms": step_ms}
     return new_finding(KIND, severity(share, COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH), share, evidence,
-                       fix(least.exposed_ms, nbytes), confidence(min(r.steps for r in ranks)))
+                       fix(exposed_ms, nbytes), confidence(min(r.steps for r in ranks)))
 
 
 def fix(exposed_ms: float, nbytes: float) -> tuple[str, str]:

@@ -3,7 +3,8 @@
 Found when the background samples' mean CPU use is above CPU_BUSY_PERCENT and either the GPU idles at the same
 time (SageMaker Debugger's CPUBottleneck: below CPU_BOTTLENECK_DEVICE_BUSY; the share is the device's idle share)
 or, on the CPU, more threads want to run (torch's threads plus the loader's workers) than there are cores (the
-share is what each thread loses: 1 - cores / runnable). No --try experiment.
+share is what each thread loses: 1 - cores / runnable). When the loader has workers, the fix names its site
+(`evidence.site`, with num_workers as set) in the framework's words (framework_words.py). No --try experiment.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor import framework_words as words
+from gpufeed.doctor.frameworks import PLAIN, Setup
 from gpufeed.doctor.grading import confidence, new_finding, no_experiment, severity
 from gpufeed.doctor.report import Finding, Notes
 
@@ -48,12 +51,17 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
         share = 1.0 - cores / runnable  # with R runnable threads on C cores each gets C/R of a core
     evidence = {"cpu_percent": cpu_percent, "threads": threads, "loader_workers": workers, "cpu_count": cores,
                 "device_busy": busy}
+    if workers:  # about the loader's workers: where they are set
+        evidence.update(words.loader_evidence(seen.setup, ("num_workers",), notes))
     supporting = sum(1 for value in readings if value > CPU_BUSY_PERCENT)
-    return new_finding(KIND, severity(share), share, evidence, fix(cores, workers, threads, seen.on_gpu),
+    return new_finding(KIND, severity(share), share, evidence,
+                       fix(cores, workers, threads, seen.on_gpu, seen.setup if workers else PLAIN),
                        confidence(supporting))
 
 
-def fix(cores: int | None, workers: int | None, threads: int | None, on_gpu: bool) -> tuple[str, str]:
+def fix(cores: int | None, workers: int | None, threads: int | None, on_gpu: bool,
+        setup: Setup = PLAIN) -> tuple[str, str]:
+    """`setup`: the framework and the loader's site when the loader has workers (the plain default otherwise)."""
     if on_gpu:
         fix = ("The host's cores are all busy while the device waits: the CPU cannot prepare batches fast enough. "
                "Move augmentation to the device, decode once (`gpufeed pack`) instead of every epoch, and keep "
@@ -61,6 +69,8 @@ def fix(cores: int | None, workers: int | None, threads: int | None, on_gpu: boo
     else:
         fix = ("More threads want to run than there are cores, so they take turns and each runs slower. Set the "
                "training threads (torch.set_num_threads) plus the loader workers to the number of cores.")
+    if setup.site is not None:
+        fix += f" The loader's workers are set in {setup.site_is} at {setup.site} ({words.knob(setup, 'num_workers')})."
     cores_text = str(cores) if cores is not None else "os.cpu_count()"
     worker_count = workers if workers else 0
     was = ""
@@ -70,10 +80,10 @@ def fix(cores: int | None, workers: int | None, threads: int | None, on_gpu: boo
     threads_text = str(suggested_threads) if suggested_threads is not None else f"{cores_text} - workers"
     snippet = (f"cores = {cores_text}\n"
                f"workers = {worker_count}{was}  # loader processes; each should use one thread\n"
-               f"torch.set_num_threads({threads_text})  # training threads + workers = cores\n"
-               f"loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers,\n"
-               f"                                     worker_init_fn=lambda _: torch.set_num_threads(1))")
-    return fix, snippet
+               f"torch.set_num_threads({threads_text})  # training threads + workers = cores\n")
+    one_thread = {} if setup.settings_in == "TrainingArguments" else {  # the Trainer sets its own worker_init_fn
+        "worker_init_fn": "lambda _: torch.set_num_threads(1)"}
+    return fix, snippet + words.loader_snippet(setup, {"num_workers": "workers", **one_thread})
 
 
 experiments = no_experiment

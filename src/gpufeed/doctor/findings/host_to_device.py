@@ -2,6 +2,7 @@
 
 Found on a GPU when the host's time in host-to-device copies is at least COPY_SHARE of the step, or most copied
 bytes come from pageable memory (PAGEABLE_FRACTION); a cheap pageable copy is graded low by its share.
+The fix names the loader's site (`evidence.site`) and the framework's switches (framework_words.py).
 --try: pin_memory=True on every DataLoader (CUDA, when the loader does not pin already).
 """
 
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor import framework_words as words
+from gpufeed.doctor.frameworks import PLAIN, Setup
 from gpufeed.doctor.grading import confidence, new_finding, severity
 from gpufeed.doctor.report import Finding, Notes
 
@@ -35,21 +38,18 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
     evidence = {"copy_share": share, "mean_copy_ms": 1000.0 * totals.copy_s / totals.steps,
                 "copy_mib_per_step": totals.copy_bytes / totals.steps / 2**20, "pageable_fraction": pageable,
                 "copy_gb_per_s": totals.copy_bytes / totals.copy_s / 1e9 if totals.copy_s > 0 else None,
-                "pin_memory": seen.loader.pin_memory}
+                "pin_memory": seen.loader.pin_memory, **words.loader_evidence(seen.setup, ("pin_memory",), notes)}
     supporting = seen.count(lambda r: r.copy_s >= COPY_SHARE * r.wall_s or r.copy_pageable_bytes > 0)
-    return new_finding(KIND, severity(share), share, evidence, fix(), confidence(supporting))
+    return new_finding(KIND, severity(share), share, evidence, fix(seen.setup), confidence(supporting))
 
 
-def fix() -> tuple[str, str]:
+def fix(setup: Setup = PLAIN) -> tuple[str, str]:
+    """Pinned memory and copies that overlap compute, in the words of `setup`'s framework."""
+    pinned, snippet = words.pinned_copies(setup)
     fix = ("Copies to the device take a large share of the step, or come from pageable memory that the driver "
-           "must stage first. Copy from pinned memory (pin_memory=True) with non_blocking=True so the copy "
-           "overlaps compute; send uint8 and convert on the device (4x fewer bytes than float32); keep a dataset "
-           "that fits on the device there (gpufeed.Feed does this with resident=\"auto\").")
-    snippet = ("loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=workers,\n"
-               "                                     pin_memory=True)\n"
-               "for images_uint8, labels in loader:  # the dataset returns uint8 (N, C, H, W)\n"
-               "    images = images_uint8.to(\"cuda\", non_blocking=True).float().div_(255)\n"
-               "    labels = labels.to(\"cuda\", non_blocking=True)")
+           f"must stage first. Copy from pinned memory: {pinned}; send uint8 and convert on the device (4x fewer "
+           "bytes than float32); keep a dataset that fits on the device there (gpufeed.Feed does this with "
+           "resident=\"auto\").")
     return fix, snippet
 
 
@@ -57,5 +57,6 @@ def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | N
     from gpufeed.doctor.experiments import loader_experiment  # patches torch: loaded for --try only
 
     if cuda and finding.evidence.get("pin_memory") is not True:
-        return [loader_experiment(KIND, "pin_memory", pin_memory=True)], None
+        path = words.experiment_path(finding.evidence.get("framework") or "torch", {"pin_memory": "True"})
+        return [loader_experiment(KIND, "pin_memory", pin_memory=True, path=path)], None
     return [], "not tried: the loader already pins memory, or the device is not CUDA"

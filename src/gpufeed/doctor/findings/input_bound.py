@@ -3,7 +3,16 @@
 Found when the data wait (time blocked in the training loader's `__next__`, and its `__iter__` and final
 StopIteration) is at least INPUT_SHARE_MEDIUM of the step. The fix suggests min(cores, MAX_SUGGESTED_WORKERS)
 workers; when the loader has that many already, a cheaper sample (gpufeed pack and Feed); when most of the wait is
-its workers starting and stopping (RESTART_SHARE), persistent_workers.
+its workers starting and stopping (RESTART_SHARE), persistent_workers. The fix names the user's line where the
+loader's settings are given (`evidence.site`, with their current values) in the framework's words
+(framework_words.py: TrainingArguments' dataloader_num_workers for the Hugging Face Trainer, say).
+
+Inside the loader (doctor/loader_split.py times the parts): the evidence gives each batch's __getitem__,
+collate, hand-over and pinning, and the part that costs the loop most (`dominant_part`; __getitem__ and collate
+count over the workers, which share them; none when a part that applies was not timed). A dominant collate gets
+its own fix, naming the function's file:line (do its work once ahead of training, or in the Dataset where workers
+share it); a dominant hand-over or pinning theirs (hand over or pin fewer bytes); a dominant __getitem__ the fix
+above, its numbers first.
 
 --try: "replay" (the loader's first batches served again from memory: the bound if input were free, reported as
 `gain.bound`) and the recommended fix's own experiment (`gain.measured`): "persistent_workers" when restarts are
@@ -16,6 +25,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor import framework_words as words
+from gpufeed.doctor.frameworks import PLAIN, Setup
 from gpufeed.doctor.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, severity
 from gpufeed.doctor.report import Finding, Notes
 
@@ -30,6 +41,12 @@ MAX_SUGGESTED_WORKERS = 8
 # gpufeed's choice: when half the data wait is the loader starting or stopping its workers (__iter__, the final
 # StopIteration), the fix is to keep them (persistent_workers), not to add more.
 RESTART_SHARE = 0.50
+PART_KEYS = ("getitem_ms", "collate_ms", "handover_ms", "pin_ms")  # evidence from inside the loader (per batch)
+WORKER_PARTS = ("getitem", "collate")  # the parts each worker process does for its own batches
+PART_NAMES = {"getitem": "the Dataset's __getitem__", "collate": "the collate function",
+              "handover": "the hand-over from the workers", "pin": "pinning (pin_memory)"}
+SHORT_NAMES = {"getitem": "__getitem__", "collate": "collate", "handover": "hand-over", "pin": "pinning"}
+ADVISED = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")  # evidence.settings: as set now
 
 
 def detect(seen: Observation, notes: Notes) -> Finding | None:
@@ -46,26 +63,65 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
     evidence = {"data_wait_share": share, "mean_wait_ms": 1000.0 * totals.data_wait_s / totals.steps,
                 "loader_workers": workers, "pin_memory": seen.loader.pin_memory, "cpu_count": cores,
                 "suggested_workers": suggested, "restart_share_of_wait": restart_share}
+    evidence.update(loader_parts(seen, notes))
+    evidence.update(words.loader_evidence(seen.setup, ADVISED, notes))
     supporting = seen.count(lambda r: r.data_wait_s >= INPUT_SHARE_MEDIUM * r.wall_s)
     restarts = restart_share if workers and restart_share >= RESTART_SHARE else None
-    return new_finding(KIND, severity(share), share, evidence, fix(suggested, seen.on_gpu, workers, restarts),
+    return new_finding(KIND, severity(share), share, evidence,
+                       fix(suggested, seen.on_gpu, workers, restarts, inside=evidence, setup=seen.setup),
                        confidence(supporting))
 
 
+def loader_parts(seen: Observation, notes: Notes) -> dict:
+    """The evidence from inside the loader (doctor/loader_split.py defines the parts): per batch, milliseconds,
+    `getitem_ms`, `collate_ms`, `handover_ms` (None without workers), `pin_ms` (None unpinned), over
+    `batches_split` batches; the collate function (`collate_fn`, `collate_site`: file:line) and `dominant_part`.
+    A part that applies but was not timed is None, and `notes` say why."""
+    split, parts = seen.totals.loader_split, seen.loader.parts
+    ms = split.per_batch_ms() if split is not None else dict.fromkeys(PART_KEYS)
+    for gap in parts.gaps if parts is not None else ():
+        notes.unmeasured(gap)
+    applicable = [*WORKER_PARTS, *(("handover",) if seen.loader.workers else ()),
+                  *(("pin",) if seen.loader.pin_memory else ())]
+    missing = [part for part in applicable if ms[f"{part}_ms"] is None]
+    if missing and not (parts and parts.gaps):
+        notes.unmeasured(f"DataLoader time by part ({', '.join(missing)}): not timed inside the loader; the "
+                         "batches did not come through a torch DataLoader iterator made while the doctor watched "
+                         "(watch(loader) times the loader from outside)")
+    return {**ms, "batches_split": split.batches if split is not None else 0,
+            "collate_fn": parts.collate_name if parts else None, "collate_site": parts.collate_site if parts else None,
+            "dominant_part": None if missing else dominant_part(ms, applicable, seen.loader.workers)}
+
+
+def dominant_part(ms: dict, applicable: list[str], workers: int | None) -> str:
+    """The part that costs the loop most per batch: __getitem__ and collate run in every worker process at once,
+    so their cost per batch to the loop is their time over the workers; the hand-over and pinning go one batch at
+    a time (the main process, its one pin thread)."""
+    def cost(part: str) -> float:
+        return ms[f"{part}_ms"] / (workers if workers and part in WORKER_PARTS else 1)
+    return max(applicable, key=cost)
+
+
 def fix(workers: int | None, on_gpu: bool, current: int | None = None,
-                restart_share: float | None = None) -> tuple[str, str]:
+                restart_share: float | None = None, inside: dict | None = None,
+                setup: Setup = PLAIN) -> tuple[str, str]:
     """`workers`: the suggested count; `current`: the loader's own. When it already has that many, more
     processes cannot help (each would get less of a core): the fix is a cheaper sample. `restart_share`: the
-    share of the wait spent starting or stopping the workers, when that is most of it."""
+    share of the wait spent starting or stopping the workers, when that is most of it. `inside`: the evidence
+    from inside the loader (`loader_parts`): a dominant collate, hand-over or pinning gets its own fix; a
+    dominant __getitem__ the fix below, with its numbers first. `setup`: the framework and the loader's site, for
+    the fix's words (framework_words.py)."""
     device = "cuda" if on_gpu else "cpu"
     if restart_share is not None:
         fix = (f"The step waits for its next batch, and {restart_share:.0%} of that wait is the DataLoader starting "
-               f"or stopping its {current} worker processes at an epoch's start or end, not loading. Keep them alive "
-               f"between epochs: persistent_workers=True (with multiprocessing_context=\"spawn\" each start imports "
-               f"torch and your script again in every worker).")
-        snippet = (f"loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,\n"
-                   f"                                     num_workers={current}, persistent_workers=True)")
-        return fix, snippet
+               f"or stopping its {current} worker processes at an epoch's start or end, not loading (with "
+               f"multiprocessing_context=\"spawn\" each start imports torch and your script again in every worker). "
+               f"Keep them alive between epochs: {words.set_loader(setup, {'persistent_workers': 'True'})}.")
+        return fix, words.loader_snippet(setup, {"num_workers": str(current), "persistent_workers": "True"})
+    part = (inside or {}).get("dominant_part")
+    if part in ("collate", "handover", "pin"):
+        return _part_fix(part, inside, workers, current, setup)
+    measured = f"Inside the loader, {_per_batch(inside)} " if part else ""
     feed = (f"# pack once (gpufeed pack photos/ data/train.gpuf), then\n"
             f"import gpufeed\n"
             f"feed = gpufeed.Feed(\"data/train.gpuf\", batch_size=batch_size, device=\"{device}\")\n"
@@ -77,21 +133,72 @@ def fix(workers: int | None, on_gpu: bool, current: int | None = None,
                f"each sample cheaper: decode once with `gpufeed pack` and read the packed file with gpufeed.Feed "
                f"(uint8 batches gathered on threads, augmentation done per batch"
                + (" on the device" if on_gpu else "") + ", not per sample in Python), and keep the workers alive "
-               "across epochs (persistent_workers=True" + (", with pin_memory=True)." if on_gpu else ")."))
-        return fix, feed
+               "across epochs: " + words.set_loader(setup, {"persistent_workers": "True",
+                                                            **({"pin_memory": "True"} if on_gpu else {})}) + ".")
+        return measured + fix, feed
     count = str(workers) if workers is not None else "min(os.cpu_count(), 8)"
-    pin = ", pin_memory=True" if on_gpu else ""
-    fix = (f"The step waits for its next batch. Give the DataLoader more worker processes (num_workers={count})"
-           + (", pinned memory (pin_memory=True)" if on_gpu else "")
-           + " and persistent_workers=True so they survive the epoch; or decode once with `gpufeed pack` and "
-             "read the packed file with gpufeed.Feed, which gathers uint8 batches on threads and augments on the "
-             "device.")
-    snippet = (f"loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,\n"
-               f"                                     num_workers={count}{pin}, persistent_workers=True,\n"
-               f"                                     prefetch_factor=4)\n"
-               f"\n"
-               f"# or: {feed[2:]}")
-    return fix, snippet
+    changes = {"num_workers": count, **({"pin_memory": "True"} if on_gpu else {}), "persistent_workers": "True",
+               "prefetch_factor": "4"}
+    fix = (f"The step waits for its next batch. Give {words.loader_noun(setup)} more worker processes"
+           + (" and pinned memory" if on_gpu else "") + ", and keep the workers alive across epochs: "
+           + words.set_loader(setup, changes) + "; or decode once with `gpufeed pack` and read the packed file "
+             "with gpufeed.Feed, which gathers uint8 batches on threads and augments on the device.")
+    return measured + fix, f"{words.loader_snippet(setup, changes)}\n\n# or: {feed[2:]}"
+
+
+def _per_batch(inside: dict) -> str:
+    """The dominant part and the others, per batch: "the collate function takes the most: 20.4 ms per batch
+    (__getitem__ 0.03 ms, ...)"."""
+    part = inside["dominant_part"]
+    others = ", ".join(f"{SHORT_NAMES[name]} {_ms(inside[f'{name}_ms'])}" for name in SHORT_NAMES
+                       if name != part and inside.get(f"{name}_ms") is not None)
+    workers = inside.get("loader_workers")
+    shared = f" in a worker, {workers} workers sharing the batches" if workers and part in WORKER_PARTS else ""
+    return f"{PART_NAMES[part]} takes the most: {_ms(inside[f'{part}_ms'])} per batch{shared} ({others})."
+
+
+def _ms(value: float) -> str:
+    return f"{value:.1f} ms" if value >= 1 else f"{value:.2g} ms"
+
+
+def _part_fix(part: str, inside: dict, workers: int | None, current: int | None,
+              setup: Setup = PLAIN) -> tuple[str, str]:
+    """The fix when the collate function, the hand-over or pinning costs the loop most."""
+    opening = f"The step waits for its next batch, and inside the loader {_per_batch(inside)} "
+    if part == "collate":
+        site = inside.get("collate_site")
+        named = f"{inside.get('collate_fn') or 'the collate function'}" + (f" ({site})" if site else "")
+        count = str(workers) if workers is not None else "min(os.cpu_count(), 8)"
+        where = (f"{named} runs in the training process (num_workers=0), inside that wait. " if not current
+                 else f"{named} runs once per batch in one of the {current} workers. ")
+        more = words.set_loader(setup, {"num_workers": count})
+        spread = (f" Or move that work into the Dataset's __getitem__ and give {words.loader_noun(setup)} worker "
+                  f"processes ({more}), so that they do it in parallel while the model trains." if not current
+                  else f" Or give {words.loader_noun(setup)} more workers to share it: {more}."
+                  if workers is not None and current < workers else "")
+        text = (opening + where + "Do its per-sample work (tokenising, decoding, padding) once ahead of training "
+                "instead of in every batch: pre-tokenise or pre-pack the dataset (`gpufeed pack` decodes images "
+                "once), so that collate only stacks tensors." + spread)
+        snippet = (f"# the per-sample work of {named}, done once ahead of training (or in __getitem__):\n"
+                   f"prepared = [prepare(sample) for sample in dataset]  # tokenised, decoded: save it, load it\n"
+                   f"loader = torch.utils.data.DataLoader(prepared, batch_size=batch_size, shuffle=True,\n"
+                   f"                                     num_workers={count})  # default_collate stacks")
+        return text, snippet
+    how = ("Each batch is pickled in a worker and rebuilt in the training process: tensors through shared "
+           "memory, every other Python object copied. Hand over less: a few stacked tensors rather than lists "
+           "of small ones or Python objects, uint8 images rather than float32 (convert and normalise on the "
+           "device)" if part == "handover" else
+           "The DataLoader's one pin thread copies every batch into page-locked memory. Pin fewer bytes: uint8 "
+           "images rather than float32 (convert and normalise on the device)")
+    text = (opening + how + "; or read a packed file with gpufeed.Feed, whose threads "
+            + ("hand nothing over between processes." if part == "handover"
+               else "stage batches into reused pinned buffers."))
+    snippet = ("# in the collate function: one uint8 tensor per field\n"
+               "images = torch.stack([image for image, _ in samples])  # uint8 (B, C, H, W)\n"
+               "labels = torch.tensor([label for _, label in samples])\n"
+               "# in the loop: convert on the device\n"
+               "images = images.to(device, non_blocking=True).float().div_(255)")
+    return text, snippet
 
 
 def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
@@ -109,13 +216,18 @@ def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | N
     workers = evidence.get("suggested_workers") or min(os.cpu_count() or 1, MAX_SUGGESTED_WORKERS)
     current = evidence.get("loader_workers")
     restarts = evidence.get("restart_share_of_wait") or 0.0
+    framework = evidence.get("framework") or "torch"
     if current and restarts >= RESTART_SHARE:
-        found.append(loader_experiment(KIND, "persistent_workers", workers=current))
+        path = words.experiment_path(framework, {"num_workers": str(current), "persistent_workers": "True"})
+        found.append(loader_experiment(KIND, "persistent_workers", workers=current, path=path))
         return found, None
     more = current is None or current < workers
     pin = cuda and evidence.get("pin_memory") is not True
     if more or pin:
-        found.append(loader_experiment(KIND, "workers", workers=workers if more else None, pin_memory=pin))
+        changes = {**({"num_workers": str(workers), "persistent_workers": "True"} if more else {}),
+                   **({"pin_memory": "True"} if pin else {})}
+        found.append(loader_experiment(KIND, "workers", workers=workers if more else None, pin_memory=pin,
+                                       path=words.experiment_path(framework, changes)))
         return found, None
     return found, (f"the fix recommended (a cheaper sample: gpufeed pack and gpufeed.Feed) has no experiment: "
                    f"the loader already has {current} workers (suggested {workers}), so only the bound if input "

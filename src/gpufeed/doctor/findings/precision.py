@@ -3,6 +3,8 @@
 Found (high) when a float64 model input or parameter was seen or float64 operations were counted: the share is
 the step time the dtype governs (wall less data wait, copies and syncs), a bound on what float32 can save; and
 (medium) on a GPU when no outermost forward ran under torch.autocast: the share is the device's busy share.
+The bf16 fix is the framework's switch (framework_words.py: TrainingArguments(bf16=True), Lightning's
+precision="bf16-mixed", Accelerator(mixed_precision="bf16")).
 --try (CUDA, float32 only): the outermost forward under bf16 autocast; float64 needs the script edited.
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor import framework_words as words
+from gpufeed.doctor.frameworks import PLAIN, Setup
 from gpufeed.doctor.grading import confidence, new_finding
 from gpufeed.doctor.report import Finding, Notes
 
@@ -41,11 +45,13 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
         return None
     busy = seen.device_busy()
     share = busy if busy is not None else 1.0 - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s)
-    evidence = {"autocast_seen": False, "device_busy": busy, "governed_share": share}
-    return new_finding(KIND, "medium", share, evidence, fix(False, "cuda"), confidence(totals.steps))
+    evidence = {"autocast_seen": False, "device_busy": busy, "governed_share": share,
+                "framework": seen.setup.framework}
+    words.explain(seen.setup, notes, site=False)
+    return new_finding(KIND, "medium", share, evidence, fix(False, "cuda", seen.setup), confidence(totals.steps))
 
 
-def fix(float64: bool, device_type: str) -> tuple[str, str]:
+def fix(float64: bool, device_type: str, setup: Setup = PLAIN) -> tuple[str, str]:
     if float64:
         fix = ("Some operations run in float64, where float32 would do: float64 runs at half the CPU's vector "
                "width and at 1/2 to 1/64 of a GPU's float32 rate. NumPy arrays are float64 by default; convert "
@@ -54,12 +60,9 @@ def fix(float64: bool, device_type: str) -> tuple[str, str]:
                    "model = model.float()\n"
                    "torch.set_default_dtype(torch.float32)")
         return fix, snippet
+    switch, snippet = words.mixed_precision(setup, device_type)
     fix = ("The model trains in float32 without autocast. bf16 autocast runs matrix products on tensor cores "
-           "at several times the float32 rate and halves activation memory (Ampere or newer; on older GPUs use "
-           "float16 with torch.amp.GradScaler).")
-    snippet = (f"with torch.autocast(\"{device_type}\", dtype=torch.bfloat16):\n"
-               f"    loss = criterion(model(images), labels)\n"
-               f"loss.backward()")
+           f"at several times the float32 rate and halves activation memory (Ampere or newer): {switch}.")
     return fix, snippet
 
 
@@ -70,5 +73,6 @@ def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | N
         return [], "bf16 autocast: not tried, the device is the CPU"
     from gpufeed.doctor.experiments import Experiment, autocast_forward  # patches torch: loaded for --try only
 
+    stand_in = words.autocast_path(finding.evidence.get("framework") or "torch")
     return [Experiment(KIND, "bf16_autocast", "the outermost forward under torch.autocast('cuda', "
-                       "dtype=torch.bfloat16)", lambda changes: autocast_forward(changes, "cuda"))], None
+                       f"dtype=torch.bfloat16){stand_in}", lambda changes: autocast_forward(changes, "cuda"))], None

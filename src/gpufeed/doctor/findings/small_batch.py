@@ -8,7 +8,9 @@ Judged on the batch the model sees (`Observation.model_batch`: with gradient acc
   LOW_DEVICE_BUSY (the share is the idle share waits, copies and syncs leave; medium when the host-bound gate
   holds, else low);
 - on the CPU, a batch under SMALL_BATCH whose model time per batch is under SHORT_CPU_STEP_S: a heuristic, low,
-  claiming no share (throughput at other batch sizes is not measured).
+  claiming no share (throughput at other batch sizes is not measured). A step whose measured arithmetic is tiny
+  for its time (its FLOPs against the device's peak, per operator) is launch_overhead's first way, which also
+  names the batch as the lever; this one reads the batch size alone.
 --try: the DataLoader's batch_size doubled (a measurement, not a drop-in fix: it changes the optimisation).
 """
 

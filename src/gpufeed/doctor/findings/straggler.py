@@ -8,7 +8,8 @@ STRAGGLER_CONSISTENCY of the steps all ranks watched (`slowest_share`; ranks sha
 cost to the others is the median of their exposed waits less its own, per step; the share is that cost over the
 median rank's step.
 `evidence.cause` says where its extra time is: "input" when its data wait exceeds the others' (median) by more
-than its compute does, else "compute" (a slower backward shows here too: the others wait for its gradients).
+than its compute does, else "compute" (a slower backward shows here too: the others wait for its gradients), and
+then `compute_part` which of forward, backward (with the loss and zero_grad) and optimizer holds most of it.
 A balanced run gets no finding and a note with the ranks' spread. No --try experiment.
 """
 
@@ -61,17 +62,23 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
     data_excess = slowest.data_wait_ms - statistics.median(r.data_wait_ms for r in others)
     compute_excess = slowest.compute_ms - statistics.median(r.compute_ms for r in others)
     cause = "input" if data_excess > compute_excess else "compute"
+    parts = {part: getattr(slowest, f"{part}_ms") - statistics.median(getattr(r, f"{part}_ms") for r in others)
+             for part in ("forward", "backward", "optimizer")}
+    part = max(parts, key=parts.get) if cause == "compute" and any(parts.values()) else None
     cost = max(0.0, statistics.median(r.exposed_ms for r in others) - slowest.exposed_ms)
     share = min(1.0, cost / statistics.median(r.step_ms for r in ranks))
     evidence = {"rank": slowest.rank, "cause": cause, "own_step_ms": own_ms(slowest), "median_own_step_ms": median,
                 "slowest_in_share_of_steps": slowest.slowest_share,
                 "data_wait_excess_ms": data_excess, "compute_excess_ms": compute_excess,
-                "cost_to_others_ms": cost, "world_size": seen.ranks.world_size}
-    return new_finding(KIND, severity(share), share, evidence, fix(slowest.rank, cause, data_excess, compute_excess),
+                "cost_to_others_ms": cost, "compute_part": part,
+                **{f"{name}_excess_ms": value for name, value in parts.items()}, "world_size": seen.ranks.world_size}
+    return new_finding(KIND, severity(share), share, evidence,
+                       fix(slowest.rank, cause, data_excess, compute_excess, part, parts.get(part or "", 0.0)),
                        confidence(min(r.steps for r in ranks)))
 
 
-def fix(rank: int, cause: str, data_excess_ms: float, compute_excess_ms: float) -> tuple[str, str]:
+def fix(rank: int, cause: str, data_excess_ms: float, compute_excess_ms: float, part: str | None = None,
+        part_excess_ms: float = 0.0) -> tuple[str, str]:
     if cause == "input":
         fix = (f"Rank {rank} waits {data_excess_ms:.1f} ms more per step for its data than the other ranks, and "
                f"they wait for it at each all-reduce. Give every rank the same amount and cost of data (a "
@@ -83,10 +90,13 @@ def fix(rank: int, cause: str, data_excess_ms: float, compute_excess_ms: float) 
                    "for epoch in range(epochs):\n"
                    "    sampler.set_epoch(epoch)")
         return fix, snippet
-    fix = (f"Rank {rank} computes {compute_excess_ms:.1f} ms more per step than the other ranks, and they wait for "
-           f"its gradients at each all-reduce. Look for unequal work per sample (variable-length inputs: batch by "
-           f"length so every rank gets the same), extra work on that rank only (logging, evaluation or hooks under "
-           f"`if rank == ...`), or a busy or throttled device on its host.")
+    where = {"forward": "in its forward", "backward": "in its loss and backward pass",
+             "optimizer": "in its optimizer step"}.get(part or "")
+    most = f" ({part_excess_ms:.1f} ms of it {where})" if where else ""
+    fix = (f"Rank {rank} computes {compute_excess_ms:.1f} ms more per step than the other ranks{most}, and they "
+           f"wait for its gradients at each all-reduce. Look for unequal work per sample (variable-length inputs: "
+           f"batch by length so every rank gets the same), extra work on that rank only (logging, evaluation or "
+           f"hooks under `if rank == ...`), or a busy or throttled device on its host.")
     snippet = (f"# on the host of rank {rank}:\n"
                f"nvidia-smi -q -d PERFORMANCE,CLOCK,TEMPERATURE   # throttling\n"
                f"top -H   # other processes on its cores")
