@@ -261,3 +261,15 @@ def test_number_formatting_of_nan():
     from gpufeed.report.html import number
 
     assert number(math.nan) == "n/a" and number(math.inf) == "inf"
+
+
+def test_settings_by_name_read_as_python_arguments_on_the_page_and_the_terminal():
+    """evidence.settings (the doctor's, in the framework's names) is a dict: printed as the user writes it."""
+    from gpufeed.cli.doctor import _number
+    from gpufeed.report.html import number
+
+    settings = {"dataloader_num_workers": 0, "dataloader_prefetch_factor": None, "multiprocessing_context": "spawn"}
+    assert number(settings) == ("dataloader_num_workers=0, dataloader_prefetch_factor=None, "
+                                "multiprocessing_context='spawn'")
+    assert _number(settings) == "(" + number(settings) + ")"
+    assert number({"reason": "not read"}) == "n/a (not read)"  # the NA value keeps its own form

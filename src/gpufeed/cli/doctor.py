@@ -78,6 +78,8 @@ def _number(value) -> str:
         return "NA"
     if isinstance(value, float):
         return f"{value:.3g}"
+    if isinstance(value, dict):  # settings by name (evidence.settings): as the user would write them
+        return "(" + ", ".join(f"{key}={item!r}" for key, item in value.items()) + ")"
     return str(value)
 
 

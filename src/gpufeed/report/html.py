@@ -112,6 +112,8 @@ def number(value: object, digits: int = 3) -> str:
         return f"{value:,.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, dict) and "reason" in value:
         return f"n/a ({value['reason']})"
+    if isinstance(value, dict):  # settings by name (the doctor's evidence.settings)
+        return ", ".join(f"{key}={item!r}" for key, item in value.items())
     return str(value)
 
 
