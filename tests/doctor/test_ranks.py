@@ -225,3 +225,47 @@ def test_the_all_reduce_itself_is_the_least_wait_of_each_step_not_of_each_ranks_
     assert (seen.ranks.floor_exposed_ms, seen.ranks.floor_in_flight_ms) == (pytest.approx(1.0), pytest.approx(2.0))
     assert [r.exposed_ms for r in seen.ranks.per_rank] == [pytest.approx(20.5)] * 2
     assert "communication" not in {f.kind for f in diagnose(seen).findings}  # 1 ms of a 100 ms step
+
+
+def test_try_on_two_ranks_measures_the_ddp_settings_each_run_its_own_job(tmp_path: Path) -> None:
+    """communication's fixes that are settings, installed on every rank of their own jobs: one pair each (a
+    baseline job, then a job with the change); the gain is rank 0's samples/s ratio, the range of one pair."""
+    target = tmp_path / "try.json"
+    completed = subprocess.run(
+        [sys.executable, "-m", "gpufeed", "doctor", "--nproc-per-node", "2", "--steps", "8", "--warmup", "3",
+         "--profile-steps", "0", "--timeout", "30", "--try", "--repeats", "1", "--json", str(target),
+         str(SCRIPTS / "ddp_cases.py"), "communication"],
+        capture_output=True, text=True, timeout=400, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "2 experiments (gradient_as_bucket_view, fp16_compress) on 2 ranks, 1 pair each: 4 more jobs" in \
+        completed.stderr
+    document = json.loads(target.read_text())
+    found = {f["kind"]: f for f in document["findings"]}["communication"]
+    gain = found["gain"]
+    assert gain["change"] == "DistributedDataParallel(..., gradient_as_bucket_view=True)" and gain["pairs"] == 1
+    assert gain["range"] == [gain["measured"], gain["measured"]] and gain["measured"] > 0
+    assert "default_hooks.fp16_compress_hook)): 1 pair " in gain["how"] and found["confidence"] == "low"  # one pair
+    assert any("a larger per-rank batch and no_sync() accumulation: not tried" in line
+               for line in document["unmeasured"])
+    assert "verified: communication: DistributedDataParallel(..., gradient_as_bucket_view=True)" in \
+        completed.stdout
+
+
+def test_try_under_the_users_own_torchrun_is_one_line_naming_the_launcher(monkeypatch, capsys) -> None:
+    from gpufeed.cli.main import main
+
+    for name, value in {"WORLD_SIZE": "2", "RANK": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(name, value)
+    assert main(["doctor", "--try", str(SCRIPTS / "ddp_cases.py"), "balanced"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "gpufeed doctor --nproc-per-node N --try" in error
+
+
+def test_a_report_read_back_from_its_json_writes_the_same_json() -> None:
+    from gpufeed.doctor.report import Gain, Report
+
+    report = judged(rank(0, 50.0, 1.0, 31.0), rank(1, 50.0, 31.0, 1.0))
+    tried = [type(f)(**{**f.__dict__, "gain": Gain(1.5, "how", "a change", 1.4, 1.6, 3, 2.0)})
+             for f in report.findings]
+    report = type(report)(**{**report.__dict__, "findings": tried})
+    assert Report.from_json(report.to_json()).to_json() == report.to_json()

@@ -1,6 +1,11 @@
 """`gpufeed doctor` on several ranks: `--nproc-per-node N` launches the ranks through torch.distributed.run, and
 each rank (found from torchrun's environment) runs the script watched, sends its record, and rank 0 prints and
-writes the one report (gpufeed/doctor/ranks.py says how). Ranks other than 0 print nothing of the doctor's."""
+writes the one report (gpufeed/doctor/ranks.py says how). Ranks other than 0 print nothing of the doctor's.
+
+With --try, every run of the script is its own job (a process group is never made twice in one process): the
+diagnosis, then for each experiment --repeats pairs of a baseline job and a job whose ranks all install the
+change (told through TRIAL_VARIABLE's file, each rank checking its change took); rank 0's watched steps of each
+job are compared by trials.py, as in one process."""
 
 from __future__ import annotations
 
@@ -9,49 +14,170 @@ import threading
 from gpufeed.cli.output import check_output_paths, console, emit_document, error_console
 from gpufeed.errors import GpufeedError
 
+# --try with several ranks: each run of the script is its own torchrun job, told what to do through files
+TRIAL_VARIABLE = "GPUFEED_DOCTOR_TRIAL"  # a JSON file: {"experiment": null or its kind, name, finding; "result": path}
+REPORT_VARIABLE = "GPUFEED_DOCTOR_REPORT"  # rank 0 also writes the report's JSON to this path
 
-def rank_words(args) -> list[str]:
-    """The doctor's options and SCRIPT ARGS for each rank (--nproc-per-node left out)."""
-    words = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--profile-steps", str(args.profile_steps),
-             "--timeout", f"{args.timeout:g}"]
+
+def rank_words(args, steps: int | None = None, warmup: int | None = None, trial: bool = False) -> list[str]:
+    """The doctor's options and SCRIPT ARGS for each rank (--nproc-per-node and --try left out); a `trial` run
+    profiles nothing and writes no --json or --html (the launcher writes the report)."""
+    words = ["--steps", str(steps or args.steps), "--warmup", str(args.warmup if warmup is None else warmup),
+             "--profile-steps", "0" if trial else str(args.profile_steps), "--timeout", f"{args.timeout:g}"]
     for flag in ("json", "html"):
-        if getattr(args, flag) is not None:
+        if getattr(args, flag) is not None and not trial:
             words += [f"--{flag}", getattr(args, flag)]
     if args.module:
         words.append("-m")
     return words + list(args.command)
 
 
-def launch(args) -> int:
-    """Run the doctor as args.nproc_per_node ranks on this machine through torch's own launcher."""
-    from gpufeed.doctor.inject import check_target
-    from gpufeed.doctor.ranks import launcher_arguments
-
-    if not args.command:
-        raise GpufeedError("give the training script: gpufeed doctor --nproc-per-node N SCRIPT [ARGS...]")
-    if args.try_fixes:
-        raise GpufeedError("--try re-runs the script in one process; with --nproc-per-node, drop --try (the "
-                           "report's fixes for several ranks are DDP settings to change in the script)")
-    check_target(args.command[0], args.module)
-    check_output_paths(args, inputs=() if args.module else (args.command[0],))
+def _run_job(words: list[str], nproc: int) -> list[int]:
+    """One torchrun job of `nproc` ranks running `gpufeed doctor WORDS`; the ranks that failed (none: [])."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args
     from torch.distributed.run import run as run_ranks
 
+    from gpufeed.doctor.ranks import launcher_arguments
+
+    try:
+        run_ranks(parse_args(launcher_arguments(words, nproc)))
+    except ChildFailedError as failed:
+        return sorted(failed.failures)
+    return []
+
+
+def launch(args) -> int:
+    """Run the doctor as args.nproc_per_node ranks on this machine through torch's own launcher; with --try,
+    then each experiment's runs, each its own job."""
+    from gpufeed.doctor.inject import check_target
+
+    if not args.command:
+        raise GpufeedError("give the training script: gpufeed doctor --nproc-per-node N SCRIPT [ARGS...]")
+    check_target(args.command[0], args.module)
+    check_output_paths(args, inputs=() if args.module else (args.command[0],))
     error_console.print(f"gpufeed doctor: {args.nproc_per_node} ranks through torch.distributed.run "
                         f"(--standalone); rank 0 writes the report")
-    try:
-        run_ranks(parse_args(launcher_arguments(rank_words(args), args.nproc_per_node)))
-    except ChildFailedError as failed:
-        ranks = ", ".join(str(rank) for rank in sorted(failed.failures))
-        error_console.print(f"gpufeed doctor: the job failed on rank {ranks} (exit status not 0); the report above "
-                            f"names the rank and its error")
+    if args.try_fixes:
+        return _launch_with_try(args)
+    failed = _run_job(rank_words(args), args.nproc_per_node)
+    if failed:
+        error_console.print(f"gpufeed doctor: the job failed on rank {', '.join(map(str, failed))} (exit status "
+                            f"not 0); the report above names the rank and its error")
         return 1
     return 0
 
 
+def _launch_with_try(args) -> int:
+    """The diagnosis job (its report printed by rank 0 as usual), then --repeats pairs of a baseline job and a
+    changed job per experiment, compared on rank 0's watched steps (trials.py); the report with the gains."""
+    import dataclasses
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    from gpufeed.cli.doctor import _show_gains, _show_notes
+    from gpufeed.doctor.experiments import plan_experiments
+    from gpufeed.doctor.report import Report
+    from gpufeed.doctor.trials import run_trial, total_runs, with_trials
+
+    with tempfile.TemporaryDirectory(prefix="gpufeed-doctor-") as folder:
+        side = Path(folder) / "diagnosis.json"
+        os.environ[REPORT_VARIABLE] = str(side)
+        try:
+            failed = _run_job(rank_words(args), args.nproc_per_node)
+        finally:
+            os.environ.pop(REPORT_VARIABLE, None)
+        if failed or not side.exists():
+            error_console.print("gpufeed doctor --try: not tried, the first run failed; fix that first")
+            return 1
+        report = Report.from_json(json.loads(side.read_text()))
+        planned, unmeasured = plan_experiments(report)
+        if planned:
+            error_console.print(f"gpufeed doctor --try: {len(planned)} experiment{'s' if len(planned) > 1 else ''} "
+                                f"({', '.join(e.name for e in planned)}) on {args.nproc_per_node} ranks, "
+                                f"{args.repeats} pair{'s' if args.repeats > 1 else ''} each: "
+                                f"{total_runs(len(planned), args.repeats)} more jobs, {args.steps} steps each")
+        runner = _JobRunner(args, report, Path(folder))
+        trials = [run_trial(dataclasses.replace(experiment, check=_checked_in_the_ranks), args.command[0],
+                            args.command[1:], args.module, args.steps, args.warmup, args.timeout, args.repeats,
+                            runner) for experiment in planned]
+    findings, notes = with_trials(report, trials, unmeasured)
+    report = dataclasses.replace(report, findings=findings, notes=report.notes + notes)
+    if args.json != "-":
+        _show_gains(report)
+        _show_notes(notes)
+    emit_document(report.to_json(), "doctor", args)
+    return 0
+
+
+def _checked_in_the_ranks(watcher, changes, baseline) -> None:
+    """The launcher's stand-in for an experiment's check: each rank checked its change took (`_trial_problem`)."""
+    return None
+
+
+class _JobRunner:
+    """trials.run_trial's Runner for several ranks: one torchrun job per run, rank 0's watched steps back."""
+
+    def __init__(self, args, report, folder):
+        self.args, self.report, self.folder, self.runs = args, report, folder, 0
+
+    def __call__(self, target, script_args, is_module, experiment, steps, warmup, timeout_s):
+        import dataclasses
+        import json
+        import os
+
+        from gpufeed.doctor.trials import Run
+        from gpufeed.measure.steps import StepRecord
+
+        self.runs += 1
+        spec, result = self.folder / f"trial-{self.runs}.json", self.folder / f"result-{self.runs}.json"
+        chosen = None
+        if experiment is not None:
+            finding = next(f for f in self.report.findings if f.kind == experiment.kind)
+            chosen = {"kind": experiment.kind, "name": experiment.name, "device": self.report.verdict.device,
+                      "finding": dict(dataclasses.asdict(finding), gain=None)}
+        spec.write_text(json.dumps({"experiment": chosen, "result": str(result)}))
+        os.environ[TRIAL_VARIABLE] = str(spec)
+        try:
+            failed = _run_job(rank_words(self.args, steps, warmup, trial=True), self.args.nproc_per_node)
+        finally:
+            os.environ.pop(TRIAL_VARIABLE, None)
+        if not result.exists():
+            return Run([], f"the job failed on rank {', '.join(map(str, failed)) or '?'} before rank 0 wrote its steps")
+        outcome = json.loads(result.read_text())
+        names = {field.name for field in dataclasses.fields(StepRecord)}
+        records = [StepRecord(**{key: value for key, value in record.items() if key in names})
+                   for record in outcome["records"]]
+        return Run(records, outcome["problem"])
+
+
+def _trial() -> dict | None:
+    """This rank's part in a --try job (TRIAL_VARIABLE), or None for a diagnosis."""
+    import json
+    import os
+
+    path = os.environ.get(TRIAL_VARIABLE)
+    return json.loads(open(path, encoding="utf-8").read()) if path else None
+
+
+def _trial_experiment(trial: dict | None):
+    """The experiment a --try job's ranks install, made again here from its finding, by name."""
+    if not trial or not trial["experiment"]:
+        return None
+    from gpufeed.doctor.findings import BY_KIND
+    from gpufeed.doctor.report import Finding
+
+    chosen = trial["experiment"]
+    finding = Finding(**chosen["finding"])
+    found, _ = BY_KIND[chosen["kind"]].experiments(finding, chosen["device"].startswith("cuda"))
+    return next(experiment for experiment in found if experiment.name == chosen["name"])
+
+
 def run_rank(args, context) -> int:
     """One rank of a torchrun job: watch the script, send the record; rank 0 gathers and reports."""
+    from gpufeed.doctor.experiments import Changes
     from gpufeed.doctor.inject import check_target, run_script
     from gpufeed.doctor.rank_timing import RankTimer
     from gpufeed.doctor.ranks import GRACE_S, Exchange, RankGuard, exit_now, rank_record
@@ -60,10 +186,13 @@ def run_rank(args, context) -> int:
     if not args.command:
         raise GpufeedError("give the training script: torchrun ... -m gpufeed doctor SCRIPT [ARGS...]")
     if args.try_fixes:
-        raise GpufeedError("--try re-runs the script in one process; under torchrun, drop --try")
+        raise GpufeedError("--try runs each run of the script as its own job: use gpufeed doctor --nproc-per-node N "
+                           "--try SCRIPT instead of torchrun")
+    trial = _trial()
+    experiment, changes = _trial_experiment(trial), Changes()
     target, script_args = args.command[0], args.command[1:]
     check_target(target, args.module)
-    if context.is_main:
+    if context.is_main and trial is None:
         check_output_paths(args, inputs=() if args.module else (target,))
         error_console.print(f"gpufeed doctor: rank 0 of {context.world_size}: running {'-m ' if args.module else ''}"
                             f"{target}; watching {args.steps} steps after {args.warmup} warm-up steps on every rank; "
@@ -79,7 +208,7 @@ def run_rank(args, context) -> int:
         exchange.publish(record(reason))
         exchange.fail(context.rank, reason)
         if context.is_main:
-            _report(args, context, exchange, watcher, reason, None)
+            _report(args, context, exchange, watcher, reason, None, trial)
         else:
             exchange.wait_finished(args.timeout)
         exit_now(1)
@@ -88,17 +217,20 @@ def run_rank(args, context) -> int:
     timer.install()
     guard.start()
     try:
+        if experiment is not None:
+            experiment.install(changes)
         outcome = run_script(target, script_args, args.module, watcher, timeout_s=args.timeout)
     finally:
+        changes.restore()
         timer.remove()
     if not guard.claim():
         threading.Event().wait()  # the guard is ending this rank (within ABANDON_LIMIT_S)
-    problem = outcome.problem
+    problem = outcome.problem or (experiment.check(watcher, changes, []) if experiment is not None else None)
     exchange.publish(record(problem))
     if problem:
         exchange.fail(context.rank, problem)
     if context.is_main:
-        status = _report(args, context, exchange, watcher, problem, outcome.error)
+        status = _report(args, context, exchange, watcher, problem, outcome.error, trial)
     else:
         exchange.wait_finished(args.timeout)
         status = 1 if problem else 0
@@ -106,8 +238,14 @@ def run_rank(args, context) -> int:
     return status
 
 
-def _report(args, context, exchange, watcher, problem: str | None, error: str | None) -> int:
-    """Rank 0: gather every rank's record, diagnose, print, write; then tell the ranks it is done."""
+def _report(args, context, exchange, watcher, problem: str | None, error: str | None, trial: dict | None) -> int:
+    """Rank 0: gather every rank's record, diagnose, print, write; then tell the ranks it is done. In a --try
+    job, write only rank 0's watched steps and the first problem of any rank (TRIAL_VARIABLE's result)."""
+    import dataclasses
+    import json
+    import os
+
+    from gpufeed.atomic import write_text_atomic
     from gpufeed.cli.doctor import show
     from gpufeed.doctor.diagnose import diagnose, empty_report
     from gpufeed.doctor.ranks import rank_problems, with_ranks
@@ -116,6 +254,11 @@ def _report(args, context, exchange, watcher, problem: str | None, error: str | 
     try:
         records, missing = exchange.gather(args.timeout)
         others = [line for line in rank_problems(records, missing) if not line.startswith("rank 0:")]
+        if trial is not None:
+            first = problem or (others[0] if others else None)
+            write_text_atomic(trial["result"], json.dumps(
+                {"records": [dataclasses.asdict(record) for record in watcher.records], "problem": first}))
+            return 1 if first else 0
         incomplete = Note("run", f"watch incomplete: rank 0: {problem}") if problem and error is None else None
         notes = ([incomplete] if incomplete else []) + [Note("run", f"watch incomplete: {line}") for line in others]
         seen = with_ranks(watcher.observe(error, notes), context.world_size, records, missing)
@@ -127,6 +270,8 @@ def _report(args, context, exchange, watcher, problem: str | None, error: str | 
             show(report if seen.steps else None, watcher, problem, list(seen.notes), shown=incomplete)
             _show_ranks(report)
         emit_document(report.to_json(), "doctor", args)
+        if os.environ.get(REPORT_VARIABLE):  # the launcher's --try reads the diagnosis here
+            write_text_atomic(os.environ[REPORT_VARIABLE], json.dumps(report.to_json()))
     finally:
         exchange.finish()
     return 1 if problem or others or not seen.steps else 0

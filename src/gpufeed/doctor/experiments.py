@@ -208,6 +208,39 @@ def loader_experiment(kind: str, name: str, *, workers: int | None = None, pin_m
     return Experiment(kind, name, description, lambda changes: loader_arguments(changes, change), check=check)
 
 
+def ddp_experiment(kind: str, name: str, *, gradient_as_bucket_view: bool = False,
+                   fp16_compress: bool = False) -> Experiment:
+    """Every DistributedDataParallel built with gradient_as_bucket_view=True, and/or with DDP's
+    fp16_compress_hook registered (the gradients all-reduced in float16: half the bytes)."""
+    settings = (["gradient_as_bucket_view=True"] if gradient_as_bucket_view else []) + (
+        ["register_comm_hook(None, default_hooks.fp16_compress_hook)"] if fp16_compress else [])
+    description = "DistributedDataParallel(..., " + ", then ".join(settings) + ")"
+
+    def install(changes: Changes) -> None:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        def make(original):
+            @functools.wraps(original)
+            def __init__(module, *args, **kwargs):
+                if gradient_as_bucket_view:
+                    kwargs["gradient_as_bucket_view"] = True
+                original(module, *args, **kwargs)
+                if fp16_compress:
+                    module.register_comm_hook(None, default_hooks.fp16_compress_hook)
+                changes.counts["DDP modules changed"] += 1
+            return __init__
+
+        changes.patches.append(Patch(DistributedDataParallel, "__init__", make))
+
+    def check(watcher: Watcher, changes: Changes, baseline: list[StepRecord]) -> str | None:
+        if changes.counts["DDP modules changed"] == 0:
+            return "no DistributedDataParallel module was built while the script ran"
+        return None
+
+    return Experiment(kind, name, description, install, check=check)
+
+
 def replayed(watcher: Watcher, changes: Changes, baseline: list[StepRecord]) -> str | None:
     if changes.counts["replayed batches"] == 0:
         return "no DataLoader batch was replayed: the loop does not draw its batches from a torch DataLoader"

@@ -149,6 +149,26 @@ class Report:
         """Every note's text, in order: the JSON's `unmeasured` list."""
         return [note.text for note in self.notes]
 
+    @classmethod
+    def from_json(cls, document: dict) -> Report:
+        """The report a `to_json` document holds (a saved one's extra keys, such as `about`, are left out); the
+        findings' gains are read back as measured, change, range, pairs, bound and how."""
+        def gain(value: dict | None) -> Gain | None:
+            if not value:
+                return None
+            low, high = value.get("range") or (None, None)
+            return Gain(value.get("measured"), value.get("how", ""), value.get("change"), low, high,
+                        value.get("pairs") or 0, value.get("bound"))
+
+        fields = {field.name for field in dataclasses.fields(Verdict)}
+        run = set(document.get("notes") or [])
+        return cls(Verdict(**{key: value for key, value in document["verdict"].items() if key in fields}),
+                   [Finding(**dict(finding, gain=gain(finding.get("gain")))) for finding in document["findings"]],
+                   [Note("run" if text in run else "unmeasured", text) for text in document.get("unmeasured", [])],
+                   document.get("loader_samples_per_s"), document.get("model_samples_per_s"),
+                   document.get("script_error"), copy.deepcopy(document.get("timeline") or {}),
+                   copy.deepcopy(document.get("ranks") or []))
+
     def to_json(self) -> dict:
         findings = [dict(dataclasses.asdict(finding), gain=finding.gain and finding.gain.to_json())
                     for finding in self.findings]

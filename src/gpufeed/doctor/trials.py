@@ -176,19 +176,25 @@ def run_experiments(target: str, args: list[str], is_module: bool, baseline: Rep
                     runner: Runner = run_once) -> tuple[list[Finding], list[Note]]:
     """The findings of `baseline` (the diagnosis run's report), copies with `gain` and `confidence` set where an
     experiment measured something (`finding_gain`, `tried_confidence`), and notes on what was not measured and
-    why. `steps` and `warmup` are per run; the diagnosis run's own
-    steps are not used (see the module docstring)."""
+    why. `steps` and `warmup` are per run; the diagnosis run's own steps are not used (see the module
+    docstring). `runner` runs the script once (this process; several ranks: cli/doctor_ranks.py's jobs)."""
     planned, unmeasured = plan_experiments(baseline)
     trials = [run_trial(experiment, target, args, is_module, steps, warmup, timeout_s, repeats, runner)
               for experiment in planned]
-    findings = []
+    return with_trials(baseline, trials, unmeasured)
+
+
+def with_trials(baseline: Report, trials: list[Trial], unmeasured: list[Note]) -> tuple[list[Finding], list[Note]]:
+    """The report's findings with their trials' gains, and the notes: `unmeasured` (the plan's) and a line for
+    each trial that measured nothing."""
+    findings, notes = [], list(unmeasured)
     for finding in baseline.findings:
         own = [trial for trial in trials if trial.experiment.kind == finding.kind]
-        unmeasured += [Note("unmeasured", f"verified fix for {finding.kind} ({trial.experiment.name}): "
-                                          f"{trial.problem}") for trial in own if trial.gain is None]
+        notes += [Note("unmeasured", f"verified fix for {finding.kind} ({trial.experiment.name}): {trial.problem}")
+                  for trial in own if trial.gain is None]
         measured = [trial for trial in own if trial.gain is not None]
         if measured:
             finding = dataclasses.replace(finding, gain=finding_gain(measured),
                                           confidence=tried_confidence(finding, measured))
         findings.append(finding)
-    return findings, unmeasured
+    return findings, notes

@@ -5,8 +5,8 @@ step pays is the all-reduce waited for after backward on the rank that waited le
 last, so its wait is the all-reduce itself, not a wait for another rank (that is straggler's); ranks take turns
 arriving last, so this is taken per step and averaged (`Ranks.floor_exposed_ms`). Found when it is at least
 COMMUNICATION_SHARE_MEDIUM of the median rank's step. Evidence: the bytes all-reduced per step and the bandwidth
-reached (bytes over that rank's time in flight). No --try experiment (the fixes are DDP arguments in the
-script).
+reached (bytes over that rank's time in flight). --try (several ranks): gradient_as_bucket_view=True, and DDP's
+fp16_compress_hook, each on every rank.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import confidence, new_finding, no_experiment, severity
+from gpufeed.doctor.grading import confidence, new_finding, severity
 from gpufeed.doctor.report import Finding, Notes
 
 if TYPE_CHECKING:
+    from gpufeed.doctor.experiments import Experiment
     from gpufeed.doctor.observation import Observation
 
 KIND = "communication"
@@ -77,4 +78,13 @@ def fix(exposed_ms: float, nbytes: float) -> tuple[str, str]:
     return fix, snippet
 
 
-experiments = no_experiment
+
+def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
+    """The fixes that are DDP settings, run on every rank (`doctor --nproc-per-node N --try`): gradients as views
+    of the buckets, and the all-reduce in float16. A larger batch or no_sync() accumulation change the
+    optimisation: not tried."""
+    from gpufeed.doctor.experiments import ddp_experiment  # patches torch: loaded for --try only
+
+    return [ddp_experiment(KIND, "gradient_as_bucket_view", gradient_as_bucket_view=True),
+            ddp_experiment(KIND, "fp16_compress", fp16_compress=True)], (
+        "a larger per-rank batch and no_sync() accumulation: not tried, they change the optimisation")
