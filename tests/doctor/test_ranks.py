@@ -163,7 +163,10 @@ def test_a_large_all_reduce_at_a_tiny_batch_is_communication(tmp_path: Path) -> 
     # 1024x4096 + 4096 + 4096x1024 + 1024 + 1024x4 + 4 float32 parameters, all-reduced every step
     parameters = 1024 * 4096 + 4096 + 4096 * 1024 + 1024 + 1024 * 4 + 4
     assert found["evidence"]["bytes_per_step"] == pytest.approx(4 * parameters)
-    assert "straggler" not in {f["kind"] for f in document["findings"]}
+    # both ranks do the same work, but gloo sums the 33.6 MB on threads that share the two cores with the ranks'
+    # compute, so one rank can measure slower (a straggler finding, seen once in a CI run): never the leading one
+    others = [f["share"] for f in document["findings"] if f["kind"] == "straggler"]
+    assert all(share < found["share"] for share in others)
 
 
 def test_a_balanced_job_is_compute_bound_with_the_ranks_spread(tmp_path: Path) -> None:
