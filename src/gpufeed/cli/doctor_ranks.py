@@ -5,6 +5,8 @@ With --try: cli/doctor_ranks_try.py."""
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 
 from gpufeed.cli.output import check_output_paths, console, emit_document, error_console
@@ -68,7 +70,7 @@ def run_rank(args, context) -> int:
     from gpufeed.doctor.experiments import Changes
     from gpufeed.doctor.inject import check_target, run_script
     from gpufeed.doctor.rank_timing import RankTimer
-    from gpufeed.doctor.ranks import GRACE_S, Exchange, RankGuard, exit_now, rank_record
+    from gpufeed.doctor.ranks import GRACE_S, Exchange, RankGuard, rank_record
     from gpufeed.doctor.watch import Watcher
 
     if not args.command:
@@ -101,7 +103,8 @@ def run_rank(args, context) -> int:
             exchange.wait_finished(args.timeout)
         exit_now(1)
 
-    guard = RankGuard(context, exchange, lambda: watcher.boundaries, args.timeout + GRACE_S, abandon)
+    guard = RankGuard(context, exchange, lambda: watcher.boundaries, args.timeout + GRACE_S, abandon,
+                      lambda: exit_now(1))
     timer.install()
     guard.start()
     try:
@@ -195,3 +198,14 @@ def _end_process_group() -> None:
 
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def exit_now(status: int) -> None:
+    """Flush and end the process at once (no interpreter shutdown: the main thread may be blocked in C, inside a
+    collective that a failed rank will never join)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed stream must not keep the process alive
+            pass
+    os._exit(status)

@@ -5,6 +5,7 @@ rank 0's watched steps of each job are compared by trials.py, as in one process.
 
 from __future__ import annotations
 
+from gpufeed.atomic import write_text_atomic
 from gpufeed.cli.doctor_ranks import rank_words, run_job
 from gpufeed.cli.output import emit_document, error_console
 
@@ -83,7 +84,7 @@ class JobRunner:
             finding = next(f for f in self.report.findings if f.kind == experiment.kind)
             chosen = {"kind": experiment.kind, "name": experiment.name, "device": self.report.verdict.device,
                       "finding": dict(dataclasses.asdict(finding), gain=None)}
-        spec.write_text(json.dumps({"experiment": chosen, "result": str(result)}))
+        write_text_atomic(spec, json.dumps({"experiment": chosen, "result": str(result)}))
         os.environ[TRIAL_VARIABLE] = str(spec)
         try:
             failed = run_job(rank_words(self.args, steps, warmup, trial=True), self.args.nproc_per_node)

@@ -23,8 +23,9 @@ rank 0, a peer's failure, or this rank's own lack of progress for --timeout + GR
 inject.py could not interrupt it: the main thread is inside C, most likely a collective waiting for a rank that
 is gone), makes the guard end the rank from its own thread: rank 0 gathers what there is, writes the report
 naming the rank and its error, sets "done" and exits with status 1; another rank sets its record and exits once
-rank 0 is done. The process ends with os._exit (after flushing): its main thread cannot be unblocked.
-ABANDON_LIMIT_S bounds that path too, so the command ends within its watchdog and nothing is left running.
+rank 0 is done. The command line ends the process with os._exit (after flushing): its main thread cannot be
+unblocked. ABANDON_LIMIT_S bounds that path too, so the command ends within its watchdog and nothing is left
+running.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import datetime
 import json
 import os
 import statistics
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -240,13 +240,14 @@ class Exchange:
 
 class RankGuard:
     """Watches, from its own thread, for a failed peer and for this rank's own lack of progress (`progress()`
-    counts step boundaries); then calls `abandon(reason)` once, which must end the process. The main thread
+    counts step boundaries); then calls `abandon(reason)` once, which must end the process, and, should it not
+    have ended it within ABANDON_LIMIT_S, `end()` (the command line's: exit with status 1). The main thread
     `claim()`s the ending when its run returns: whoever claims first does it, the other does nothing."""
 
     def __init__(self, context: RankContext, exchange: Exchange, progress: Callable[[], int], stall_s: float,
-                 abandon: Callable[[str], None]):
+                 abandon: Callable[[str], None], end: Callable[[], None]):
         self.context, self.exchange, self.progress, self.stall_s = context, exchange, progress, stall_s
-        self.abandon = abandon
+        self.abandon, self.end = abandon, end
         self._claimed, self._lock, self._stop = False, threading.Lock(), threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpufeed-doctor-rank-guard", daemon=True)
 
@@ -278,24 +279,8 @@ class RankGuard:
             else:
                 continue
             if self.claim():
-                _end_within(ABANDON_LIMIT_S)
+                backstop = threading.Timer(ABANDON_LIMIT_S, self.end)
+                backstop.daemon = True
+                backstop.start()
                 self.abandon(reason)
             return
-
-
-def _end_within(seconds: float) -> None:
-    """Exit the process with status 1 after `seconds`, whatever is running then."""
-    def end() -> None:
-        time.sleep(seconds)
-        exit_now(1)
-    threading.Thread(target=end, name="gpufeed-doctor-end", daemon=True).start()
-
-
-def exit_now(status: int) -> None:
-    """Flush and end the process at once (no interpreter shutdown: the main thread may be blocked in C)."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed stream must not keep the process alive
-            pass
-    os._exit(status)
