@@ -104,17 +104,19 @@ def _measured_cpu_peak(factory, batch: int, precision: str, optimizer: str, accu
 
 @pytest.mark.parametrize("hidden, batch, precision, optimizer, accumulation", [
     ((16,), 8, "fp32", "sgd", 1), ((16,), 8, "fp32", "sgd", 2), ((256,), 1, "bf16", "adamw", 2),
-    ((64, 32), 16, "fp32", "adamw", 3)])
+    ((256,), 1, "bf16", "sgd", 1), ((64, 32), 16, "fp32", "adamw", 3)])
 def test_traced_peak_matches_the_allocator_on_a_real_step(hidden, batch, precision, optimizer, accumulation):
     """The trace against an independent measurement: the CPU allocator's own events for the same loop run for
-    real. Within 64 bytes (the optimizer's scalar tensors, e.g. lr and step counts, are made outside the trace).
-    Left out: bf16 with SGD, whose peak is in a backward where this CPU's bf16 matmul allocates 16 KB of scratch
-    inside the kernel, which no trace of operators sees (the module's docstring)."""
+    real. From 64 bytes under (the optimizer's scalar tensors, e.g. lr and step counts, are made outside the
+    trace) to 64 bytes over the plan's stated bound on the untraced scratch of bf16 matrix-product kernels,
+    which differs by instruction set (0 for fp32; .ci/run repeats this under ONEDNN_MAX_CPU_ISA=AVX2)."""
     factory = lambda: small_mlp(hidden)  # noqa: E731
     estimate = estimate_memory(factory, SAMPLE, batch, 4, optimizer, precision, "cpu",
                                grad_accumulation=accumulation)
     measured = _measured_cpu_peak(factory, batch, precision, optimizer, accumulation)
-    assert abs(estimate.peak_bytes - measured) <= 64, (estimate.peak_bytes, measured)
+    assert (estimate.kernel_scratch_bound_bytes == 0) == (precision == "fp32")
+    assert -64 <= measured - estimate.peak_bytes <= estimate.kernel_scratch_bound_bytes + 64, \
+        (estimate.peak_bytes, measured, estimate.kernel_scratch_bound_bytes)
 
 
 def test_bf16_counts_autocast_copies_of_the_weights():

@@ -4,6 +4,8 @@ It sees each tensor an operation creates and counts its storage once, by nbytes 
 reference says the last reference is gone: dropped by Python, by autograd (saved tensors go as the backward passes
 them) or by autocast's weight cache. Each storage is rounded up to `block` bytes (the CUDA caching allocator's
 512; 1 on the CPU). At each new peak it keeps what was live and the phase the caller set ("forward", ...).
+With `scratch_threads` set (a CPU plan), it also keeps `peak_with_scratch`: the most bytes live while an operator
+runs plus the bound on the scratch its kernel allocates inside itself (kernel_scratch.py), which no trace sees.
 Used by memory.py under `FakeTensorMode`, so nothing is allocated.
 """
 
@@ -18,13 +20,16 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.weak import WeakIdKeyDictionary
 
+from gpufeed.plan.kernel_scratch import scratch_bound
+
 
 class LiveBytes(TorchDispatchMode):
     """Live storage bytes on one device type, each storage rounded up to `block`; the peak and what was live."""
 
-    def __init__(self, device_type: str, block: int) -> None:
+    def __init__(self, device_type: str, block: int, scratch_threads: int = 0) -> None:
         super().__init__()
         self.device_type, self.block, self.phase = device_type, block, "setup"
+        self.scratch_threads = scratch_threads  # 0: kernel scratch not bounded (a CUDA target)
         self.serials: WeakIdKeyDictionary = WeakIdKeyDictionary()  # storage -> serial number
         self.live: dict[int, int] = {}  # serial -> nbytes
         self.rounded = 0
@@ -35,6 +40,7 @@ class LiveBytes(TorchDispatchMode):
 
     def reset_peak(self) -> None:
         self.peak_rounded, self.peak_live, self.peak_phase = self.rounded, dict(self.live), self.phase
+        self.peak_with_scratch = self.rounded
 
     def _round(self, nbytes: int) -> int:
         return -(-nbytes // self.block) * self.block
@@ -48,7 +54,9 @@ class LiveBytes(TorchDispatchMode):
         self.rounded += self._round(storage.nbytes())
         self._references[serial] = weakref.ref(storage, partial(self._free, serial))
         if self.rounded > self.peak_rounded:
+            scratch_peak = self.peak_with_scratch
             self.reset_peak()
+            self.peak_with_scratch = max(scratch_peak, self.rounded)
 
     def _free(self, serial: int, _reference: weakref.ref) -> None:
         self.rounded -= self._round(self.live.pop(serial))
@@ -67,4 +75,7 @@ class LiveBytes(TorchDispatchMode):
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
                 self.add(leaf)
+        if self.scratch_threads:
+            scratch = scratch_bound(func, args, self.scratch_threads)
+            self.peak_with_scratch = max(self.peak_with_scratch, self.rounded + scratch)
         return out

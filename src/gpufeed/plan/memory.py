@@ -12,7 +12,9 @@ train/step.py runs, the one `gpufeed train` runs, in one of two orders (`STEP_OR
   forward: the two are equal when the peak is in the forward.)
 `LiveBytes` (live_bytes.py) counts each storage an operation creates, once, until its last reference is gone,
 and keeps the peak. Scratch a kernel allocates and frees inside itself (im2col buffers, cuBLAS/cuDNN
-workspaces) is not seen: up to 3% of the peak on the CPU (benchmarks/plan_accuracy.py).
+workspaces) is not seen. On a CPU target the scratch of oneDNN's bf16/fp16 matrix products, which comes from
+torch's allocator and varies with the CPU's instruction set, is bounded instead (kernel_scratch.py):
+`kernel_scratch_bound_bytes` is how far above `peak_bytes` the allocator's peak can be because of it.
 
 A plan with `grad_accumulation` K = 1 is the "grads_freed" loop; with K > 1 it runs one "grads_freed"
 micro-batch and K - 1 "grads_live" ones, so its peak is the larger of the two. Both are always reported.
@@ -66,6 +68,8 @@ class MemoryEstimate:
     part of the gradients; `notes` says how much). The parts above are those of the order that peaks.
     batch_size: per micro-batch; grad_accumulation: micro-batches per optimizer step.
     step_order: the loop planned, in words. peak_bytes_by_order: the peak of each order of STEP_ORDERS.
+    kernel_scratch_bound_bytes: on a CPU target, the most the allocator's peak can exceed peak_bytes by the
+    untraced scratch of bf16/fp16 matrix-product kernels (kernel_scratch.py; 0 for fp32 and CUDA targets).
     """
 
     parameters: int
@@ -83,6 +87,7 @@ class MemoryEstimate:
     grad_accumulation: int = 1
     step_order: str = ""
     peak_bytes_by_order: dict[str, int] = field(default_factory=dict)
+    kernel_scratch_bound_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,8 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int, order: str) -> Memo
     device = torch.device("cuda" if setup.device_type == "cuda" and torch.cuda.is_available() else "cpu")
     model, shape = meta_model(model_or_factory), (batch_size, *setup.input_shape)
     channels_last = setup.channels_last and len(shape) == 4
-    tracker = LiveBytes(device.type, CUDA_BLOCK_BYTES if setup.device_type == "cuda" else 1)
+    tracker = LiveBytes(device.type, CUDA_BLOCK_BYTES if setup.device_type == "cuda" else 1,
+                        scratch_threads=torch.get_num_threads() if setup.device_type == "cpu" else 0)
     precision = Precision(setup.precision, "planned")
     try:
         with FakeTensorMode():
@@ -198,12 +204,16 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
             notes.append("no CUDA here: traced with CPU kernels and CPU autocast rules")
     if setup.precision == "fp16":
         notes.append("fp16: the gradient scaler's scalars are not traced (it unscales in place)")
+    scratch = max(0, tracker.peak_with_scratch - tracker.peak_rounded)
+    if scratch:
+        notes.append(f"scratch of {setup.precision} matrix-product kernels (oneDNN, {torch.get_num_threads()} "
+                     f"threads) is not traced: at most {scratch:,} bytes more at the peak (a stated bound)")
     return MemoryEstimate(
         parameters=sum(p.numel() for p in model.parameters()), weights_bytes=total(weights, tracker.live),
         gradients_bytes=total(gradients, tracker.live), optimizer_bytes=total(state, tracker.live),
         activations_bytes=peak - total(weights | state, at_peak) - gradients_at_peak,
         overhead_bytes=context + tracker.peak_rounded - peak, peak_bytes=context + tracker.peak_rounded,
-        batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer,
+        batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer, kernel_scratch_bound_bytes=scratch,
         method=f"fake-tensor trace of a steady-state training step (torch {torch.__version__}, "
                f"{tracker.device_type} kernels)",
         notes=tuple(notes))
