@@ -26,8 +26,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from gpufeed.doctor.hooks import Instrumentation
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.observe.hooks import Instrumentation
+from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.train.models import build_model
 
 

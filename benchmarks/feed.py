@@ -26,12 +26,12 @@ import numpy as np
 import torch
 from PIL import Image
 
-from gpufeed.data.builtin import CLASSES, make_builtin
-from gpufeed.data.feed import Feed
-from gpufeed.data.pack import pack_arrays
-from gpufeed.data.reader import open_packed
-from gpufeed.data.staging import SlotPool, Staging
-from gpufeed.data.transfer import HostSlot
+from gpufeed.data.feed.feed import Feed
+from gpufeed.data.feed.staging import SlotPool, Staging
+from gpufeed.data.feed.transfer import HostSlot
+from gpufeed.data.format.reader import open_packed
+from gpufeed.data.pack.builtin import CLASSES, make_builtin
+from gpufeed.data.pack.sources import pack_arrays
 
 
 class PngFolder(torch.utils.data.Dataset):
@@ -82,11 +82,9 @@ def staging_only(feed: Feed):
     """Yield (images, labels) slots exactly as the GPU path stages them, without the copy to a device."""
     stop = threading.Event()
     channels, height, width = feed.sample_shape
-    shape = (feed.batch_size, height, width, channels)
 
     def make_slot() -> HostSlot:
-        return HostSlot(torch.empty(shape, dtype=torch.uint8), torch.empty(feed.batch_size, dtype=torch.int64),
-                        torch.empty((3, feed.batch_size), dtype=torch.int64))
+        return HostSlot.empty(feed.batch_size, (height, width, channels))
 
     pool = SlotPool(make_slot, feed.prefetch + feed.workers, stop)
     images = None if feed.cropper is not None else feed.dataset.images_tensor()  # resized crops decode per sample

@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from gpufeed.data.builtin import CLASSES, make_builtin
-from gpufeed.data.feed import Feed
-from gpufeed.data.pack import pack_arrays
-from gpufeed.data.reader import open_packed
+from gpufeed.data.feed.feed import Feed
+from gpufeed.data.format.reader import open_packed
+from gpufeed.data.pack.builtin import CLASSES, make_builtin
+from gpufeed.data.pack.sources import pack_arrays
 from gpufeed.measure.timing import DeviceBusyTimer
 from gpufeed.train.models import build_model
 

@@ -51,13 +51,13 @@ import simplejpeg
 import torch
 from PIL import Image
 
-from gpufeed.data import crops
-from gpufeed.data.augment import to_float
-from gpufeed.data.feed import Feed
-from gpufeed.data.pack import pack
-from gpufeed.data.reader import open_packed
-from gpufeed.data.resize import CropResizer, resize_planes
-from gpufeed.data.staging import OutputPool, SlotPool, Staging
+from gpufeed.data.feed import crops
+from gpufeed.data.feed.augment import to_float
+from gpufeed.data.feed.cpu_resize import CropResizer, resize_planes
+from gpufeed.data.feed.feed import Feed
+from gpufeed.data.feed.staging import OutputPool, SlotPool, Staging
+from gpufeed.data.format.reader import open_packed
+from gpufeed.data.pack.sources import pack
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from feed import rate, staging_only  # noqa: E402
@@ -145,10 +145,10 @@ class PhotoFolder(torch.utils.data.Dataset):
 
 
 def compressed_staging(feed: Feed):
-    """Yield (samples, labels) per batch as the GPU-decode path stages it (`device_decode.stage_batch_bytes`:
+    """Yield (samples, labels) per batch as the GPU-decode path stages it (`feed/gpu/byte_staging.stage_batch_bytes`:
     crop boxes, the JPEG files back to back in a byte slot, labels, flip draws), into unpinned slots on the
     staging threads: the CPU's whole share of that path."""
-    from gpufeed.data.device_decode import ByteSlot, initial_capacity, stage_batch_bytes
+    from gpufeed.data.feed.gpu.byte_staging import ByteSlot, initial_capacity, stage_batch_bytes
 
     stop = threading.Event()
     capacity = initial_capacity(feed.dataset, feed.batch_size)

@@ -29,11 +29,11 @@ import numpy as np
 import simplejpeg
 import torch
 
-from gpufeed.data.feed import Feed
-from gpufeed.data.gpu_decode import DecoderUnavailable, load_nvimgcodec
-from gpufeed.data.reader import open_packed
-from gpufeed.data.table_writer import TableWriter
-from gpufeed.data.writer import channel_sums
+from gpufeed.data.feed.feed import Feed
+from gpufeed.data.feed.gpu.decoder import DecoderUnavailable, load_nvimgcodec
+from gpufeed.data.format.reader import open_packed
+from gpufeed.data.format.statistics import channel_sums
+from gpufeed.data.pack.table_writer import TableWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from feed_gpu import epoch_rate  # noqa: E402

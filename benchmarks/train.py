@@ -27,9 +27,9 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from feed import PngFolder, write_folder  # noqa: E402  (the same per-sample Dataset as the feed benchmark)
 
-from gpufeed.data.builtin import CLASSES, make_builtin  # noqa: E402
-from gpufeed.data.pack import pack_arrays  # noqa: E402
-from gpufeed.data.reader import open_packed  # noqa: E402
+from gpufeed.data.format.reader import open_packed  # noqa: E402
+from gpufeed.data.pack.builtin import CLASSES, make_builtin  # noqa: E402
+from gpufeed.data.pack.sources import pack_arrays  # noqa: E402
 from gpufeed.train.config import TrainConfig  # noqa: E402
 from gpufeed.train.loop import train  # noqa: E402
 from gpufeed.train.models import build_model  # noqa: E402

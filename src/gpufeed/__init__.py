@@ -10,11 +10,11 @@ from gpufeed.errors import ConfigError, DeviceUnavailable, FormatError, GpufeedE
 __version__ = "0.1.0"
 
 _LAZY = {
-    "Feed": ("gpufeed.data.feed", "Feed"),
-    "pack": ("gpufeed.data.pack", "pack"),
-    "PackResult": ("gpufeed.data.pack", "PackResult"),
-    "open_packed": ("gpufeed.data.reader", "open_packed"),
-    "PackedDataset": ("gpufeed.data.reader", "PackedDataset"),
+    "Feed": ("gpufeed.data.feed.feed", "Feed"),
+    "pack": ("gpufeed.data.pack.sources", "pack"),
+    "PackResult": ("gpufeed.data.pack.result", "PackResult"),
+    "open_packed": ("gpufeed.data.format.reader", "open_packed"),
+    "PackedDataset": ("gpufeed.data.format.reader", "PackedDataset"),
     "train": ("gpufeed.train.loop", "train"),
     "TrainConfig": ("gpufeed.train.config", "TrainConfig"),
     "TrainResult": ("gpufeed.train.events", "TrainResult"),

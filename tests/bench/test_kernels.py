@@ -3,16 +3,15 @@
 import pytest
 import torch
 
-from gpufeed.bench import kernels
 from gpufeed.bench.kernels import (
     cap_sizes_for_memory,
     conv_benchmark,
     count_flops,
     matmul_sweep,
 )
-from gpufeed.bench.results import PRECISIONS
-from gpufeed.bench.tf32 import tf32_flags, tf32_switched
+from gpufeed.hardware.devices import device_label
 from gpufeed.hardware.na import NA
+from gpufeed.hardware.precisions import PRECISIONS
 
 QUICK = {"repeats": 3, "warmup": 1, "min_seconds": 0.0}
 
@@ -83,45 +82,11 @@ def test_sizes_are_capped_by_memory():
     assert cap_sizes_for_memory([4096, 8192], "bf16", NA("unknown")) == ([4096, 8192], [])
 
 
-def test_tf32_flags_are_none_and_untouched_off_cuda():
-    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    with tf32_flags(torch.device("cpu"), "tf32") as flags:
-        assert flags == (None, None)
-        assert (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32) == before
-
-
 def test_cpu_conv_names_tf32_as_unmeasured():
     results, unmeasured = conv_benchmark("cpu", ["tf32", "fp32"], batch=1, in_channels=4, out_channels=4,
                                          height_width=8, **QUICK)
     assert [r.precision for r in results] == ["fp32"]
     assert unmeasured == ["conv2d tf32 on cpu: no TF32 on CPUs"]
-
-
-@pytest.fixture
-def legacy_tf32_flags_restored():
-    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
-    saved = (matmul.allow_tf32, cudnn.allow_tf32)
-    yield matmul, cudnn
-    matmul.allow_tf32, cudnn.allow_tf32 = saved  # a legacy write also makes the legacy flags readable again
-
-
-def test_tf32_switch_through_the_legacy_flags(legacy_tf32_flags_restored):
-    matmul, cudnn = legacy_tf32_flags_restored
-    matmul.allow_tf32, cudnn.allow_tf32 = True, False  # a state neither precision sets
-    for precision, inside in (("fp32", (False, False)), ("tf32", (True, True)), ("bf16", (True, False))):
-        with tf32_switched(precision) as flags:
-            assert flags == inside == (matmul.allow_tf32, cudnn.allow_tf32)
-        assert (matmul.allow_tf32, cudnn.allow_tf32) == (True, False)
-
-
-def test_tf32_switch_through_fp32_precision(legacy_tf32_flags_restored):
-    matmul, cudnn = legacy_tf32_flags_restored
-    matmul.fp32_precision, cudnn.conv.fp32_precision = "ieee", "tf32"  # torch now refuses legacy reads
-    with tf32_switched("bf16") as flags:
-        assert flags == (False, True)
-    with tf32_switched("tf32") as flags:
-        assert flags == (True, True)
-    assert (matmul.fp32_precision, cudnn.conv.fp32_precision) == ("ieee", "tf32")
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -146,7 +111,7 @@ def test_tf32_flags_are_set_per_precision_and_restored():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_gpu_conv_flops_and_fraction_of_peak():
-    label = kernels.device_label("cuda")
+    label = device_label("cuda")
     results, _ = conv_benchmark("cuda", ["fp32", "bf16", "fp16"], peaks={(label, "fp16"): 1e6}, **QUICK)
     assert all(r.flops == 2 * 64 * 64 * 32 * 32 * 64 * 9 for r in results)
     assert all((r.fraction_of_peak is not None) == (r.precision == "fp16") for r in results)

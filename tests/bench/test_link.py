@@ -1,39 +1,15 @@
-"""The host-device link: PCIe figures derived by hand, advice on synthetic results, the CPU's answer, and a real
-measurement on a CUDA GPU (skipped without one)."""
+"""The host-device link: advice on synthetic results, the CPU's answer, NVML's link readings, and a real measurement
+on a CUDA GPU (skipped without one). The PCIe figures themselves are tests/hardware/test_pcie.py's."""
 
 import pytest
 import torch
 
 from gpufeed.bench import link
-from gpufeed.bench.link import link_advice, measure_link, pcie_theoretical_gb_per_s
+from gpufeed.bench.link import LinkReading, link_advice, measure_link
 from gpufeed.bench.results import LinkResult
-from gpufeed.errors import ConfigError
 from gpufeed.hardware.na import NA
 
 MIB = 1 << 20
-
-
-@pytest.mark.parametrize(
-    ("generation", "width", "expected"),
-    [
-        (1, 1, 0.25),  # 2.5 GT/s * 8/10 / 8 bits
-        (2, 16, 8.0),  # 5 GT/s * 8/10 / 8 * 16
-        (3, 16, 15.754),  # 8 GT/s * 128/130 / 8 * 16 = 15.7538
-        (3, 4, 3.938),  # a Thunderbolt 3/4 eGPU: PCIe 3.0 x4 = 3.9385
-        (4, 16, 31.508),  # 16 GT/s * 128/130 / 8 * 16 = 31.5077
-        (5, 16, 63.015),  # 32 GT/s * 128/130 / 8 * 16 = 63.0154
-        (6, 16, 121.0),  # 64 GT/s * 242/256 / 8 * 16 = 121.0 (FLIT mode)
-    ],
-)
-def test_pcie_theoretical_matches_hand_figures(generation, width, expected):
-    assert pcie_theoretical_gb_per_s(generation, width) == pytest.approx(expected, abs=5e-4)
-
-
-def test_pcie_theoretical_rejects_unknown_generation_and_width():
-    with pytest.raises(ConfigError, match="generation"):
-        pcie_theoretical_gb_per_s(9, 16)
-    with pytest.raises(ConfigError, match="width"):
-        pcie_theoretical_gb_per_s(4, 0)
 
 
 def _results(theoretical, pinned_h2d, pageable_h2d, pinned_d2h=None, pageable_d2h=None):
@@ -91,16 +67,16 @@ def test_link_reading_keeps_the_fastest_generation(monkeypatch):
     generations = iter([1, 4, NA("Not Supported")])  # an idle link reads gen 1 before it speeds up
     monkeypatch.setattr(link.nvml, "pcie_generation", lambda index: next(generations))
     monkeypatch.setattr(link.nvml, "pcie_width", lambda index: 16)
-    reading = link._LinkReading(0)
+    reading = LinkReading(0)
     for _ in range(3):
         reading.read()
     assert reading.theoretical() == (pytest.approx(31.5077, abs=5e-4), None)
 
 
 def test_link_reading_without_nvml_names_why():
-    theoretical, why = link._LinkReading(NA("NVML not available: no driver")).theoretical()
+    theoretical, why = LinkReading(NA("NVML not available: no driver")).theoretical()
     assert theoretical is None and "NVML not available: no driver" in why
-    reading = link._LinkReading(0)
+    reading = LinkReading(0)
     theoretical, why = reading.theoretical()
     assert theoretical is None and "no copy was timed" in why
 

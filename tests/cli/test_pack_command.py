@@ -14,9 +14,9 @@ import pytest
 from PIL import Image
 
 from gpufeed.cli.main import main
-from gpufeed.data.format import read_header
-from gpufeed.data.pack import pack_builtin
-from gpufeed.data.reader import open_packed
+from gpufeed.data.format.header import read_header
+from gpufeed.data.format.reader import open_packed
+from gpufeed.data.pack.sources import pack_builtin
 
 
 @pytest.fixture()

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 from gpufeed.cli.main import main
-from gpufeed.cli.plan import _data_defaults
-from gpufeed.data.reader import open_packed
+from gpufeed.cli.plan import data_defaults
+from gpufeed.data.format.reader import open_packed
 from gpufeed.errors import ConfigError
 
 
@@ -84,7 +84,7 @@ def test_plan_and_train_with_variable_sizes(photos, tmp_path, capsys):
     assert err.count("\n") == 1 and "--image-size N" in err and "up to 40x40" in err
     args = argparse.Namespace(data=str(out), image_size=32, input=None)
     dataset = open_packed(out)
-    assert _data_defaults(args) == ((3, 32, 32), 1, 4, round(dataset.payload.nbytes / 4))
+    assert data_defaults(args) == ((3, 32, 32), 1, 4, round(dataset.payload.nbytes / 4))
     from gpufeed.train.inputs import choose_augments, open_training_data
 
     data = open_training_data(str(out), validation=str(out))

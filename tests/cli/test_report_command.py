@@ -150,7 +150,7 @@ def _refuse_work(*args, **kwargs):
 
 @pytest.mark.parametrize("command, words, work", [
     ("train", ["--epochs", "1"], "gpufeed.train.loop.train"),
-    ("doctor", ["SCRIPT"], "gpufeed.doctor.inject.run_script"),
+    ("doctor", ["SCRIPT"], "gpufeed.doctor.observe.inject.run_script"),
     ("bench", ["--quick"], "gpufeed.bench.run.run_bench"),
     ("plan", ["--model", "mlp"], "gpufeed.plan.run.make_plan"),
 ])

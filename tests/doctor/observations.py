@@ -6,10 +6,19 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpufeed.doctor.flops import StepArithmetic
-from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Observation, ProfileWindow, Ranks, StepShape
-from gpufeed.doctor.profile import ProfiledStep, ProfileSummary
-from gpufeed.doctor.report import Note
+from gpufeed.doctor.notes import Note
+from gpufeed.doctor.observation import (
+    Host,
+    LoaderSettings,
+    MemoryReading,
+    Observation,
+    ProfiledStep,
+    ProfileSummary,
+    ProfileWindow,
+    Ranks,
+    StepArithmetic,
+    StepShape,
+)
 from gpufeed.measure.steps import HostSample, StepRecord
 
 NO_MEMORY = MemoryReading(None, None, None)

@@ -6,9 +6,9 @@ arithmetic."""
 import pytest
 from observations import by_kind, host, on_cpu, on_gpu, profiled, steps
 
-from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.findings.launch_overhead import ARITHMETIC_FRACTION_OF_PEAK, OVERHEAD_US_PER_OPERATOR
-from gpufeed.doctor.flops import OperatorFlops, StepArithmetic
+from gpufeed.doctor.observation import OperatorFlops, StepArithmetic
 
 PEAK = 1e11  # FLOP/s: a made-up device, so that every figure below is round
 

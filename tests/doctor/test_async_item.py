@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from gpufeed.cli.main import main
-from gpufeed.doctor.async_item import ASYNC_ITEM, MOST_LISTED, CudaCopies, StaleReads, defer_reads
-from gpufeed.doctor.experiments import Changes
-from gpufeed.doctor.trials import run_once, run_trial
+from gpufeed.doctor.trials.async_item import ASYNC_ITEM, MOST_LISTED, CudaCopies, StaleReads, defer_reads
+from gpufeed.doctor.trials.changes import Changes
+from gpufeed.doctor.trials.runs import run_once, run_trial
 
 SCRIPTS = Path(__file__).parent / "scripts"
 ORIGINALS = {name: getattr(torch.Tensor, name) for name in ("item", "tolist", "copy_")}
@@ -77,7 +77,7 @@ def test_the_first_call_at_a_site_is_real_and_each_later_one_returns_the_previou
 
 def test_sites_are_independent() -> None:
     # the doctor's CUDA instrumentation wraps the patched method (two frames in hooks.py): the site is past them
-    hooks = {"__name__": "gpufeed.doctor.hooks"}
+    hooks = {"__name__": "gpufeed.doctor.observe.hooks"}
     exec("def timed(tensor):\n    return tensor.item()\ndef wait(tensor):\n    return timed(tensor)", hooks)
     fake = FakeDevice()
     changes = deferring(fake)

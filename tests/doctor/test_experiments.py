@@ -18,13 +18,15 @@ from torch.nn.modules import module
 from torch.utils.data import DataLoader, dataloader
 
 from gpufeed.cli.main import main
-from gpufeed.doctor import experiments, trials
-from gpufeed.doctor.experiments import Changes, Experiment, autocast_forward, loader_experiment, plan_experiments
-from gpufeed.doctor.grading import spread_confidence
-from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.report import Finding, Note, Report, Verdict, gain_headline
-from gpufeed.doctor.trials import Run, run_experiments, run_trial
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.grading import spread_confidence
+from gpufeed.doctor.findings.report import Finding, Report, Verdict, gain_headline
+from gpufeed.doctor.notes import Note
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.watch import Watcher
+from gpufeed.doctor.trials.changes import Changes, Experiment, autocast_forward, loader_experiment, replay
+from gpufeed.doctor.trials.plan import plan_experiments
+from gpufeed.doctor.trials.runs import Run, run_experiments, run_trial, total_runs
 from gpufeed.measure.steps import StepRecord
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -45,7 +47,7 @@ def baseline(name: str, steps: int = 10, warmup: int = 2) -> tuple[Report, list]
     watcher = Watcher(steps=steps, warmup=warmup)
     outcome = run_script(str(SCRIPTS / f"{name}.py"), [], False, watcher, timeout_s=20)
     assert outcome.problem is None
-    return watcher.report(), watcher.records
+    return diagnose(watcher.observe()), watcher.records
 
 
 def finding(kind: str, severity: str, evidence: dict) -> Finding:
@@ -66,10 +68,10 @@ def test_replaying_batches_and_more_workers_are_measured_on_a_loop_that_waits_fo
     # and still fails if the replay did not take (the ratio would then be ~1). The replay is the bound, not the
     # headline: the headline is the recommended fix's (more workers).
     assert gain is not None and gain.bound > 1.5
-    replay = re.fullmatch(r"replayed the first 8 batches .*: median of 2 pairs ([\d.]+)x \(([\d.]+)–([\d.]+)\), "
+    bound_text = re.fullmatch(r"replayed the first 8 batches .*: median of 2 pairs ([\d.]+)x \(([\d.]+)–([\d.]+)\), "
                           r"10 steps each \(samples/s, each pair a fresh baseline run then the change\)", replay_how)
-    assert replay is not None, replay_how
-    middle, low, high = (float(value) for value in replay.groups())
+    assert bound_text is not None, replay_how
+    middle, low, high = (float(value) for value in bound_text.groups())
     assert low <= middle <= high and middle == pytest.approx(gain.bound, abs=0.005)
     assert middle == pytest.approx((low + high) / 2, abs=0.01)  # two pairs: the median is their mean
     workers = re.fullmatch(r"DataLoader\(num_workers=(\d+), persistent_workers=True\): median of 2 pairs "
@@ -94,7 +96,7 @@ def test_no_experiment_without_a_high_or_medium_finding(monkeypatch: pytest.Monk
     def must_not_run(*args, **kwargs):
         raise AssertionError("an experiment ran")
 
-    monkeypatch.setattr(trials, "run_script", must_not_run)
+    monkeypatch.setattr("gpufeed.doctor.trials.runs.run_script", must_not_run)
     findings, unmeasured = run_experiments(str(SCRIPTS / "compute_bound.py"), [], False, report, 10, 2)
     assert findings == report.findings and unmeasured == [
         Note("unmeasured", "verified fixes (--try): none tried, no finding of high or medium severity")]
@@ -114,7 +116,7 @@ def test_a_change_that_breaks_is_reported_and_undone() -> None:
     before = patched_state()
 
     def install(changes: Changes) -> None:
-        experiments.replay(changes)
+        replay(changes)
         raise RuntimeError("cannot patch this")
 
     trial = run_trial(Experiment("input_bound", "broken", "a broken change", install), str(SCRIPTS /
@@ -240,7 +242,7 @@ def test_the_experiments_run_their_own_pairs_and_not_against_the_first_run() -> 
     runner = StubRunner(PAIRS[:4] + PAIRS[2:6])  # replay: 2.0x, 4.0x; workers: 4.0x, 2.5x
     findings, unmeasured = run_experiments("train.py", [], False, report, 5, 2, repeats=2, runner=runner)
     assert [name for name, _, _ in runner.calls] == [None, "replay", None, "replay", None, "workers", None, "workers"]
-    assert trials.total_runs(2, 2) == len(runner.calls) == 8
+    assert total_runs(2, 2) == len(runner.calls) == 8
     gain = findings[0].gain
     # the headline is the recommended fix's (workers) median; the replay, listed first, is only the bound
     assert gain.measured == pytest.approx(3.25) and gain.bound == pytest.approx(3.0)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 from observations import host, on_cpu, on_gpu, steps
 
-from gpufeed.doctor.diagnose import diagnose
 from gpufeed.doctor.findings import FINDINGS, KINDS, MEANINGS
-from gpufeed.doctor.grading import NO_EXPERIMENT
-from gpufeed.doctor.report import Finding, Note
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Note
+from gpufeed.doctor.trials.plan import NO_EXPERIMENT, experiments_for
 
 DESIGN = Path(__file__).parents[2] / "docs" / "design.md"
 
@@ -33,13 +34,13 @@ def test_the_kinds_are_the_documented_vocabulary_one_module_each() -> None:
         assert module.__name__ == f"gpufeed.doctor.findings.{kind}" and module.KIND == kind
         assert where.startswith(f"findings/{kind}.py")
         assert isinstance(module.MEANING, str) and module.MEANING and MEANINGS[kind] == module.MEANING
-        assert all(callable(getattr(module, name)) for name in ("detect", "fix", "experiments"))
+        assert all(callable(getattr(module, name)) for name in ("detect", "fix"))
 
 
 def test_the_kinds_documented_without_an_experiment_try_none() -> None:
-    for module, (kind, _, tried) in zip(FINDINGS, vocabulary(), strict=True):
+    for kind, _, tried in vocabulary():
         finding = Finding(kind, "high", 0.5, {}, "fix", "snippet", None, "high")
-        found, reason = module.experiments(finding, True)
+        found, reason = experiments_for(finding, True)
         assert (tried == "none") is (found == [] and reason == NO_EXPERIMENT), kind
 
 
@@ -49,7 +50,7 @@ def test_a_finding_of_another_kind_is_refused() -> None:
 
 
 def test_neither_the_findings_nor_the_page_load_torch() -> None:
-    code = ("import sys, gpufeed.doctor.findings, gpufeed.doctor.diagnose, gpufeed.report.doctor_page; "
+    code = ("import sys, gpufeed.doctor.findings, gpufeed.doctor.findings.diagnose, gpufeed.report.doctor_page; "
             "print('torch' in sys.modules)")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert loaded.strip() == "False"

@@ -1,4 +1,4 @@
-"""The step's arithmetic (gpufeed.doctor.flops): FLOPs counted by FlopCounterMode over one step, by operator,
+"""The step's arithmetic (gpufeed.doctor.observe.flops): FLOPs counted by FlopCounterMode over one step, by operator,
 precision and layout, equal to the hand-derived counts; the training results unchanged by the count; the Watcher
 counting its last warm-up step and no watched step; and the tiny and compute-heavy scripts end to end.
 
@@ -14,10 +14,12 @@ from test_inject import SCRIPTS
 from torch import nn
 from torch.utils import _python_dispatch
 
-from gpufeed.bench.peak import cpu_peak
-from gpufeed.doctor.flops import FlopCount, OperatorFlops, step_arithmetic
-from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.observation import OperatorFlops
+from gpufeed.doctor.observe.flops import FlopCount, step_arithmetic
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.watch import Watcher
+from gpufeed.hardware.peak import cpu_peak
 from gpufeed.hardware.probe import probe_cpu
 
 
@@ -91,7 +93,7 @@ def test_counting_a_step_changes_no_training_result() -> None:
 def test_a_formula_that_fails_is_a_reason_not_an_error() -> None:
     count = FlopCount()
     count.start()
-    formula = count._observed("aten.mm", lambda *args, **kwargs: 1 // 0)
+    formula = count.observed("aten.mm", lambda *args, **kwargs: 1 // 0)
     assert formula(torch.ones(2, 2), torch.ones(2, 2)) == 0  # the step goes on
     count.stop()
     count.keep(True)
@@ -131,7 +133,7 @@ def test_without_a_warmup_step_nothing_is_counted_and_a_note_says_so() -> None:
 def test_a_tiny_linear_fit_is_overhead_bound_with_its_hand_derived_flops() -> None:
     watcher = Watcher(steps=50, warmup=2)
     outcome = run_script(str(SCRIPTS / "tiny_linear.py"), [], False, watcher, timeout_s=30)
-    report = watcher.report()
+    report = diagnose(watcher.observe())
     assert outcome.problem is None and watcher.observe().arithmetic.flops_per_step == 640  # the script's docstring
     assert report.verdict.primary == "launch_overhead" and "compute_bound" not in [f.kind for f in report.findings]
     found = next(f for f in report.findings if f.kind == "launch_overhead")
@@ -147,7 +149,7 @@ def test_a_tiny_linear_fit_is_overhead_bound_with_its_hand_derived_flops() -> No
 def test_a_wide_mlp_keeps_compute_bound_with_its_hand_derived_flops_and_bf16_where_the_cpu_has_it() -> None:
     watcher = Watcher(steps=5, warmup=1)
     outcome = run_script(str(SCRIPTS / "compute_bound.py"), [], False, watcher, timeout_s=30)
-    report = watcher.report()
+    report = diagnose(watcher.observe())
     # batch 64 through 512 -> 512 -> 512 -> 10: forward 2·64·(512·512 + 512·512 + 512·10) = 67,764,224; the
     # weight gradients the same; the input gradients of the last two layers 2·64·(512·512 + 512·10) = 34,209,792
     assert outcome.problem is None and watcher.observe().arithmetic.flops_per_step == 2 * 67_764_224 + 34_209_792

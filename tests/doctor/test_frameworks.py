@@ -19,16 +19,16 @@ import torch
 from observations import on_gpu, steps
 from torch.utils.data import DataLoader
 
-from gpufeed.doctor import framework_words, frameworks
-from gpufeed.doctor.diagnose import diagnose
-from gpufeed.doctor.findings import input_bound
-from gpufeed.doctor.frameworks import LoaderKnobs, Setup
-from gpufeed.doctor.hooks import Instrumentation
-from gpufeed.doctor.inject import run_script
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.frameworks.setup import NAMES, TRAINING_ARGUMENTS, LoaderKnobs, Setup, setup_of
+from gpufeed.doctor.frameworks.words import explain
+from gpufeed.doctor.notes import Notes
+from gpufeed.doctor.observe.hooks import Instrumentation
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.doctor.patching import AfterImport
-from gpufeed.doctor.report import Notes
-from gpufeed.doctor.trials import run_once
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.trials.plan import input_bound_experiments
+from gpufeed.doctor.trials.runs import run_once
 
 SCRIPTS = Path(__file__).parent / "scripts" / "frameworks"
 MARKER = "# doctor: site"
@@ -67,7 +67,7 @@ def marked_site(script: str, marker: str = MARKER) -> str:
 
 def patched() -> dict:
     """What frameworks.py patches or inserts: DataLoader.__init__, TrainingArguments.__post_init__, the finders."""
-    arguments = sys.modules.get(frameworks.TRAINING_ARGUMENTS)
+    arguments = sys.modules.get(TRAINING_ARGUMENTS)
     return {"init": DataLoader.__dict__.get("__init__"), "meta_path": list(sys.meta_path),
             "post_init": arguments.TrainingArguments.__dict__.get("__post_init__") if arguments else None}
 
@@ -107,7 +107,7 @@ def test_a_slow_dataset_under_a_framework_is_named_at_the_users_line_in_its_word
     code = {"transformers": "args = TrainingArguments(", "lightning": "def train_dataloader(self):",
             "accelerate": "accelerator.prepare(model, optimizer, loader)"}[framework]
     assert code in found.snippet
-    assert any(note.text.startswith(f"framework: {frameworks.NAMES[framework]}") for note in report.notes)
+    assert any(note.text.startswith(f"framework: {NAMES[framework]}") for note in report.notes)
 
 
 @pytest.mark.parametrize("script", list(CASES))
@@ -144,7 +144,7 @@ def test_try_reaches_the_trainers_loader_through_dataloader_init_and_says_so() -
     pytest.importorskip("transformers")
     _, report = doctor("hf_trainer.py", "--sleep-ms", "4")
     finding = by_kind(report)["input_bound"]
-    planned, reason = input_bound.experiments(finding, cuda=False)
+    planned, reason = input_bound_experiments(finding, cuda=False)
     workers = next(experiment for experiment in planned if experiment.name == "workers")
     suggested = finding.evidence["suggested_workers"]
     assert reason is None and (f"as TrainingArguments(dataloader_num_workers={suggested}, "
@@ -176,13 +176,13 @@ def test_trainer_arguments_made_before_the_hooks_fall_back_to_the_call_into_the_
         loader = trainer.get_train_dataloader()  # the call into the Trainer
     finally:
         instrumentation.remove()
-    setup = frameworks.setup_of(instrumentation.built.origin(loader.base_dataloader), None)
+    setup = setup_of(instrumentation.built.origin(loader.base_dataloader), None)
     line = next(number for number, text in enumerate(Path(__file__).read_text().splitlines(), start=1)
                 if text.endswith("# the call into the Trainer"))
     assert setup.site == f"{__file__}:{line}"  # absolute: this file is outside the working directory
     assert setup.site_is == "Trainer.get_train_dataloader()" and setup.knobs.batch_size == 4
     notes = Notes()
-    framework_words.explain(setup, notes)
+    explain(setup, notes)
     assert [note.subject for note in notes.items] == ["framework", "loader site"]
     assert "made before the doctor's hooks were installed" in notes.items[1].text
 

@@ -22,11 +22,11 @@ from torch.utils.data import dataloader
 from torch.utils.data._utils import fetch
 
 from gpufeed.cli.main import main
-from gpufeed.doctor.hooks import Instrumentation
-from gpufeed.doctor.inject import run_script
+from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observation import Host, LoaderParts, LoaderSettings, MemoryReading, Ranks, StepShape
-from gpufeed.doctor.report import Note
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.observe.hooks import Instrumentation
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.watch import Watcher
 
 SCRIPTS = Path(__file__).parent / "scripts"
 

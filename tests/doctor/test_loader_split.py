@@ -24,14 +24,15 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate
 from torch.utils.data import dataloader as torch_dataloader
 from torch.utils.data._utils import fetch
 
-from gpufeed.doctor import loader_split
 from gpufeed.doctor.findings import input_bound
-from gpufeed.doctor.hooks import Instrumentation
-from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.loader_split import TimedBatch, code_site
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.notes import Notes
 from gpufeed.doctor.observation import LoaderParts, LoaderSettings
-from gpufeed.doctor.report import Notes
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.observe import loader_split
+from gpufeed.doctor.observe.hooks import Instrumentation
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.loader_split import TimedBatch, code_site
+from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.measure.steps import LoaderSplit
 
 SCRIPT = SCRIPTS / "loader_parts.py"
@@ -62,7 +63,7 @@ def doctor(tmp_path: Path, *args: str):
     assert {**patched_state(), "filters": None} == {**before, "filters": None}  # every patch restored
     assert [child for child in psutil.Process().children(recursive=True)
             if not any("resource_tracker" in part for part in child.cmdline())] == []  # no worker left
-    report = watcher.report()
+    report = diagnose(watcher.observe())
     finding = next(found for found in report.findings if found.kind == "input_bound")
     return finding, report, torch.load(record, weights_only=False)
 

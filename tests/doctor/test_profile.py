@@ -1,4 +1,4 @@
-"""The profiled window (gpufeed.doctor.profile): the trace analysis on hand-made events, with every count and
+"""The profiled window (gpufeed.doctor.observe.profile): the trace analysis on hand-made events, with every count and
 interval derived by hand, and the StepProfiler on a real loop of known operators on the CPU."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from gpufeed.doctor.observation import ProfileWindow
-from gpufeed.doctor.profile import ProfiledStep, ProfileSummary, StepProfiler, TraceEvent, analyse, union_length
+from gpufeed.doctor.observation import ProfiledStep, ProfileSummary, ProfileWindow
+from gpufeed.doctor.observe.profile import StepProfiler, TraceEvent, analyse, union_length
 
 MAIN, AUTOGRAD, PIN = 1, 2, 3
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from observations import host, on_cpu, steps  # noqa: I001 - the tests' own helpers
 
-from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.observation import Ranks, RankSummary
-from gpufeed.doctor.rank_timing import BucketTiming, rank_step
-from gpufeed.doctor.ranks import RankContext, launcher_arguments, summarize, with_ranks
+from gpufeed.doctor.ranks.context import RankContext, launcher_arguments, summarize, with_ranks
+from gpufeed.doctor.ranks.timing import BucketTiming, rank_step
 from gpufeed.errors import GpufeedError
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -265,7 +265,7 @@ def test_try_under_the_users_own_torchrun_is_one_line_naming_the_launcher(monkey
 
 
 def test_a_report_read_back_from_its_json_writes_the_same_json() -> None:
-    from gpufeed.doctor.report import Gain, Report
+    from gpufeed.doctor.findings.report import Gain, Report
 
     report = judged(rank(0, 50.0, 1.0, 31.0), rank(1, 50.0, 31.0, 1.0))
     tried = [type(f)(**{**f.__dict__, "gain": Gain(1.5, "how", "a change", 1.4, 1.6, 3, 2.0)})

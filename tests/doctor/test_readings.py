@@ -6,7 +6,7 @@ arithmetic."""
 import pytest
 from observations import by_kind, host, on_cpu, on_gpu, profiled, steps, with_sm
 
-from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.observation import MemoryReading
 
 # --- launch_overhead from the profiled window (findings/launch_overhead.py) ---------------------------------

@@ -17,13 +17,13 @@ from test_inject import SCRIPTS, patched_state
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpufeed.doctor.diagnose import diagnose
 from gpufeed.doctor.findings import cpu_saturated, input_bound
-from gpufeed.doctor.hooks import Instrumentation
-from gpufeed.doctor.inject import run_script
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.stalls import stall_period
 from gpufeed.doctor.observation import StepShape
-from gpufeed.doctor.stalls import stall_period
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.observe.hooks import Instrumentation
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.measure.steps import HostSample, StepRecord
 
 

@@ -9,10 +9,10 @@ import random
 import pytest
 from observations import by_kind, host, observation, on_cpu, on_gpu, periodic, serious, step, steps
 
-from gpufeed.doctor.diagnose import diagnose
 from gpufeed.doctor.findings import KINDS
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.stalls import slow_outliers, stall_period
 from gpufeed.doctor.observation import MemoryReading, Ranks
-from gpufeed.doctor.stalls import slow_outliers, stall_period
 
 
 def test_input_bound_half_the_step_waiting_is_high():

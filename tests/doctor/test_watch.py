@@ -12,10 +12,11 @@ from torch import nn
 from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader, Dataset
 
-from gpufeed.doctor.clock import batch_size_of
-from gpufeed.doctor.inject import run_script
-from gpufeed.doctor.report import Note
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.notes import Note
+from gpufeed.doctor.observe.clock import batch_size_of
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.doctor.wrapper import watch
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -226,7 +227,7 @@ def test_a_loop_that_ends_inside_the_profiled_window_keeps_what_was_profiled() -
 def test_many_tiny_operators_are_launch_overhead_on_the_cpu() -> None:
     watcher = Watcher(steps=10, warmup=2)
     outcome = run_script(str(SCRIPTS / "many_tiny_ops.py"), [], False, watcher, timeout_s=30)
-    report = watcher.report()
+    report = diagnose(watcher.observe())
     assert outcome.problem is None and watcher.done and len(watcher.profile.steps) == 5
     # 100 layers: forward linear x100 + mse_loss; backward: t/mm/sum per layer...; SGD: 200 add_: over 1000
     assert all(step.operators == watcher.profile.steps[0].operators > 1000 for step in watcher.profile.steps)
@@ -239,7 +240,7 @@ def test_many_tiny_operators_are_launch_overhead_on_the_cpu() -> None:
 def test_a_compute_bound_script_raises_no_launch_alarm() -> None:
     watcher = Watcher(steps=5, warmup=1)  # its steps are long on a small CPU: 13 of them in all
     outcome = run_script(str(SCRIPTS / "compute_bound.py"), [], False, watcher, timeout_s=30)
-    report = watcher.report()
+    report = diagnose(watcher.observe())
     assert outcome.problem is None and len(watcher.profile.steps) == 5
     assert all(step.operators < 200 for step in watcher.profile.steps)  # 3 wide layers and Adam
     assert report.verdict.primary == "compute_bound" and "launch_overhead" not in [f.kind for f in report.findings]

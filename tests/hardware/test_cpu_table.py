@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gpufeed.bench.peak import cpu_peak
 from gpufeed.hardware.cpu import parse_cpu_identity, probe_cpu
 from gpufeed.hardware.cpu_table import find_cpu_row, load_cpu_table
 from gpufeed.hardware.na import is_na
+from gpufeed.hardware.peak import cpu_peak
 
 X86_FLAGS = "fpu sse sse2 fma avx avx2 avx512f avx512dq avx512bw avx512vl"
 

@@ -316,6 +316,6 @@ def test_a_rank_samples_its_own_gpu_not_device_0(install, cuda_started, monkeypa
     asked = []
     monkeypatch.setattr(sampler_module, "nvml_index_for_cuda", lambda cuda_index: asked.append(cuda_index) or 0)
     sampler = Sampler(torch.device("cuda", 1), interval_s=0.02)  # rank 1 of a torchrun job
-    _wait_for(lambda: sampler._device is not None)
+    _wait_for(lambda: sampler.gpu_reader is not None)
     sampler.close()
-    assert asked == [1] and sampler._device.index == 0  # torch's cuda:1 is whatever NVML index its UUID has
+    assert asked == [1] and sampler.gpu_reader.index == 0  # torch's cuda:1 is whatever NVML index its UUID has

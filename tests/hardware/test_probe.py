@@ -147,7 +147,7 @@ def test_without_cuda_the_cuda_fields_are_na_with_a_reason() -> None:
 
 
 def test_unmeasured_fields_walks_lists_and_nested_dataclasses() -> None:
-    device = probe._other_device("xpu", 1, "card", 2**30, NA("no driver"))
+    device = probe.other_device("xpu", 1, "card", 2**30, NA("no driver"))
     lines = probe.unmeasured_fields([device], "accelerators")
     assert "accelerators[0].driver_version: no driver" in lines
     assert not any(".name:" in line or ".memory_bytes:" in line for line in lines)

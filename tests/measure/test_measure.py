@@ -33,7 +33,7 @@ def test_sampler_reads_the_cpu_and_no_gpu_here():
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline:
         sum(range(10000))  # keep a core busy so the reading is not trivially zero
-        if len(sampler._cpu) >= 3:
+        if len(sampler.cpu_percents) >= 3:
             break
     sample = sampler.take()
     sampler.close()

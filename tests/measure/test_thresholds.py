@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpufeed.doctor.diagnose import diagnose
+from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.observation import Host, LoaderSettings, MemoryReading, Observation, Ranks, StepShape
 from gpufeed.measure.steps import StepRecord
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH

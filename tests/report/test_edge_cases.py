@@ -21,7 +21,7 @@ from gpufeed.errors import ConfigError
 from gpufeed.report.doctor_page import groups, step_bars
 from gpufeed.report.document import load_document, render
 from gpufeed.report.html import new_figure
-from gpufeed.report.train_page import _over_time
+from gpufeed.report.train_page import plot_over_time
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MARKUP = "a<b>&c\"d'e</pre></td><script>alert(1)</script>"
@@ -205,7 +205,7 @@ def test_a_20000_interval_training_draws_time_weighted_means():
         seconds += 1 + index % 3
         timeline.append({"seconds": seconds, "cpu_percent": 10.0 * (1 + index % 3)})
     figure, axes = new_figure()
-    assert _over_time(axes, timeline, "cpu_percent", "CPU", "black")
+    assert plot_over_time(axes, timeline, "cpu_percent", "CPU", "black")
     times, heights = axes.lines[0].get_xdata(), axes.lines[0].get_ydata()
     assert len(times) == 1001 and times[0] == 0.0 and times[1] == 6.0 and times[-1] == seconds
     assert heights[1] == pytest.approx((10 * 1 + 20 * 2 + 30 * 3) / 6)
@@ -265,11 +265,11 @@ def test_number_formatting_of_nan():
 
 def test_settings_by_name_read_as_python_arguments_on_the_page_and_the_terminal():
     """evidence.settings (the doctor's, in the framework's names) is a dict: printed as the user writes it."""
-    from gpufeed.cli.doctor import _number
+    from gpufeed.cli.doctor_show import evidence_value
     from gpufeed.report.html import number
 
     settings = {"dataloader_num_workers": 0, "dataloader_prefetch_factor": None, "multiprocessing_context": "spawn"}
     assert number(settings) == ("dataloader_num_workers=0, dataloader_prefetch_factor=None, "
                                 "multiprocessing_context='spawn'")
-    assert _number(settings) == "(" + number(settings) + ")"
+    assert evidence_value(settings) == "(" + number(settings) + ")"
     assert number({"reason": "not read"}) == "n/a (not read)"  # the NA value keeps its own form

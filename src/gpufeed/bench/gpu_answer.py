@@ -7,16 +7,15 @@ bytes at its bandwidth, at the planner's efficiencies), with the efficiency band
 called: its memory search over every card's capacity took 28 s on 2 busy cores, half a quick bench. The speed-up
 is the CPU's measured median step over that time; its low end uses the slow end of the GPU estimate. Shown: the
 FASTEST_SHOWN fastest cards and the fastest consumer card; cards without bf16 (planned in fp16 by the planner)
-are left out. `plan` is imported inside `estimate_gpus` (plan imports bench for two helpers, so bench does not
-import plan at load time).
+are left out. `plan` is imported inside `estimate_gpus`, the one function that needs it, so that loading bench does
+not load the planner. GpuAnswer and GpuEstimate are results.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from gpufeed.bench.results import TrainStepResult
+from gpufeed.bench.results import GpuAnswer, GpuEstimate, TrainStepResult
 from gpufeed.bench.steps import CLASSES, SAMPLE_SHAPE
 from gpufeed.hardware.na import NA, is_na
 
@@ -26,32 +25,6 @@ ANSWER_BATCH = 256
 # Under this the estimate is flattering: a training step launches a few hundred kernels (forward, backward, the
 # optimizer), each some microseconds of launch and synchronisation that no roofline counts. gpufeed's round figure.
 LAUNCH_BOUND_S = 1e-3
-
-
-@dataclass(frozen=True)
-class GpuEstimate:
-    gpu: str  # the catalog's name
-    form_factor: str  # SXM, PCIe or consumer
-    step_s: float  # the planner's step time, seconds
-    step_s_low: float  # at the fast end of its efficiency band
-    step_s_high: float  # at the slow end
-    speedup: float  # the CPU's measured step / step_s
-    speedup_low: float  # / step_s_high
-    speedup_high: float  # / step_s_low
-
-
-@dataclass(frozen=True)
-class GpuAnswer:
-    model: str
-    batch_size: int
-    cpu_precision: str  # of the fastest CPU step measured for this model and batch
-    cpu_step_s: float  # its median
-    gpu_precision: str
-    flops_per_step: int
-    bytes_per_step: int  # what the step reads and writes, as the planner traced it
-    efficiency_source: str  # where the planner's efficiencies and their band come from
-    estimates: list[GpuEstimate]
-    gpu_present: bool  # the machine has a GPU that was not benchmarked
 
 
 def cpu_step_to_beat(steps: Sequence[TrainStepResult], model: str = "cnn",

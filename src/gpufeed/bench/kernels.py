@@ -4,8 +4,8 @@ FLOPs per call come from `torch.utils.flop_counter.FlopCounterMode` (a multiply-
 `measure.timing.time_call` (CUDA events on a GPU, the wall clock elsewhere), inputs from `torch.randn` (never
 zeros, which some hardware multiplies faster). tf32 is fp32 storage with `torch.backends.cuda.matmul.allow_tf32`
 and `torch.backends.cudnn.allow_tf32` set for that measurement; fp32 runs with both off; both are restored after
-each measurement (tf32.py) and recorded in every CUDA result. A precision the device cannot run is not measured:
-the second value returned lists it as "what: why".
+each measurement (hardware/tf32.py) and recorded in every CUDA result. A precision the device cannot run is not
+measured: the second value returned lists it as "what: why".
 """
 
 from __future__ import annotations
@@ -18,25 +18,18 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from gpufeed.bench.budget import NO_BUDGET, Budget, OverBudget, budgeted_timing
-from gpufeed.bench.peak import NO_TF32_ON_CPUS
-from gpufeed.bench.results import PRECISIONS, KernelResult
-from gpufeed.bench.tf32 import tf32_flags
+from gpufeed.bench.results import KernelResult
+from gpufeed.hardware.devices import device_label
 from gpufeed.hardware.na import NA, is_na
-from gpufeed.train.step import PRECISIONS as STEP_PRECISIONS
+from gpufeed.hardware.peak import NO_TF32_ON_CPUS
+from gpufeed.hardware.precisions import PRECISION_SPECS, PRECISIONS
+from gpufeed.hardware.tf32 import tf32_flags
 
-DTYPES = {name: spec.compute_dtype for name, spec in STEP_PRECISIONS.items()}  # the matrix products' dtype
+DTYPES = {name: spec.compute_dtype for name, spec in PRECISION_SPECS.items()}  # the matrix products' dtype
 CPU_SIZES = (128, 256, 512, 1024)  # quick: seconds on a few cores
 GPU_SIZES = (1024, 2048, 4096, 8192)
 MEMORY_FRACTION = 0.25  # the most of the free memory one measurement may allocate
 PeakTable = Mapping[tuple[str, str], float | None]
-
-
-def device_label(device: torch.device | str) -> str:
-    """"cpu", "cuda:0": the device string results carry (a bare "cuda" gets the current index)."""
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        return f"cuda:{torch.cuda.current_device()}"
-    return str(device)
 
 
 def default_sizes(device: torch.device | str) -> tuple[int, ...]:
@@ -146,7 +139,7 @@ def matmul_sweep(device: torch.device | str, precisions: Sequence[str] = PRECISI
     a size over `memory_fraction` of the free memory, and the sizes from the first whose call, predicted from the
     last measured one (time ∝ n³), would take over `max_call_s` (a slow precision, such as fp64 on a consumer GPU),
     and those `budget` leaves out (bench/budget.py).
-    `peaks` maps (device label, precision) to TFLOP/s for `fraction_of_peak` (see `bench.peak.peak_table`)."""
+    `peaks` maps (device label, precision) to TFLOP/s for `fraction_of_peak` (see `hardware.peak.peak_table`)."""
     device = torch.device(device)
     label, timing_options = device_label(device), {"warmup": warmup, "repeats": repeats, "min_seconds": min_seconds,
                                                    "budget": budget}

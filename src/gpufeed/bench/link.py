@@ -1,5 +1,5 @@
 """The host-device link: how fast bytes cross it (H2D and D2H, pageable and pinned) against what the PCIe link
-NVML reports could carry, and what a narrow link means for feeding a GPU.
+NVML reports could carry (hardware/pcie.py), and what a narrow link means for feeding a GPU.
 
 Figures are GB/s = 1e9 bytes per second, one direction, median over timed copies (CUDA events).
 """
@@ -15,34 +15,18 @@ from gpufeed.bench.results import LinkResult
 from gpufeed.errors import ConfigError
 from gpufeed.hardware import nvml
 from gpufeed.hardware.na import NA, is_na
+from gpufeed.hardware.pcie import NARROW_THEORETICAL_GB_PER_S, pcie_theoretical_gb_per_s
 from gpufeed.hardware.probe import nvml_index_for_cuda
 from gpufeed.measure.timing import time_call
 
 MIB = 1 << 20
 
-# Per lane, per direction: (transfer rate in GT/s, payload share after line encoding). Source: the PCI-SIG base
-# specifications; gen1-2 use 8b/10b, gen3-5 128b/130b, gen6 FLIT mode (242 payload bytes of 256, PAM4).
-PCIE_LANE_RATES = {1: (2.5, 8 / 10), 2: (5.0, 8 / 10), 3: (8.0, 128 / 130), 4: (16.0, 128 / 130),
-                   5: (32.0, 128 / 130), 6: (64.0, 242 / 256)}
-
-NARROW_THEORETICAL_GB_PER_S = 8.0  # at or below: PCIe 3.0 x8, 4.0 x4, Thunderbolt 3/4 (PCIe 3.0 x4 inside)
 NARROW_MEASURED_GB_PER_S = 6.0  # pinned host-to-device below this is narrow whatever the link reports
 PAGEABLE_SLOWDOWN = 1.5  # pinned this many times faster than pageable (same direction and size) is flagged
 
 
-def pcie_theoretical_gb_per_s(generation: int, width: int) -> float:
-    """Payload GB/s one direction of a PCIe link after line encoding (before packet overhead, which costs
-    another few percent): gen3 x16 15.75, gen4 x16 31.5, gen3 x4 (a Thunderbolt eGPU) 3.94."""
-    if generation not in PCIE_LANE_RATES:
-        raise ConfigError(f"unknown PCIe generation {generation!r}; known: {', '.join(map(str, PCIE_LANE_RATES))}")
-    if not isinstance(width, int) or width <= 0:
-        raise ConfigError(f"PCIe width must be a positive number of lanes, got {width!r}")
-    transfers_per_s, payload_share = PCIE_LANE_RATES[generation]
-    return transfers_per_s * payload_share / 8 * width  # 1 bit per transfer per lane, 8 bits a byte
-
-
 @dataclass
-class _LinkReading:
+class LinkReading:
     """PCIe generation and width as NVML reports them, read right after each timed copy; the fastest reading
     counts, because an idle link drops to a lower generation to save power."""
 
@@ -77,7 +61,7 @@ def _copy_buffers(device: torch.device, size: int, pinned: bool) -> tuple[torch.
 
 
 def _time_copies(device: torch.device, size: int, pinned: bool, repeats: int,
-                 reading: _LinkReading) -> list[tuple[str, float, int]]:
+                 reading: LinkReading) -> list[tuple[str, float, int]]:
     """(direction, GB/s, runs) for both directions from one host buffer."""
     host, on_device = _copy_buffers(device, size, pinned)
     measured = []
@@ -102,7 +86,7 @@ def measure_link(device: torch.device | str, sizes_bytes: Sequence[int] = (64 * 
         return [], [f"host-device link: {device} asked for, but torch {torch.__version__} sees no CUDA device here"]
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    reading = _LinkReading(nvml_index_for_cuda(device.index))
+    reading = LinkReading(nvml_index_for_cuda(device.index))
     measured: list[tuple[str, bool, int, float, int]] = []
     unmeasured: list[str] = []
     for size in sizes_bytes:

@@ -6,21 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gpufeed.train.step import PRECISIONS as STEP_PRECISIONS
+from gpufeed.hardware.peak import Peak
 
 if TYPE_CHECKING:
     from gpufeed.bench.busy import MachineBusy
-    from gpufeed.bench.gpu_answer import GpuAnswer
-
-# Precisions a benchmark may ask for, in the order they are shown: the training step's table.
-PRECISIONS = tuple(STEP_PRECISIONS)  # fp64, fp32, tf32, bf16, fp16
 
 
 @dataclass(frozen=True)
 class KernelResult:
     op: str  # "matmul" or "conv2d"
     device: str  # "cpu", "cuda:0"
-    precision: str  # one of PRECISIONS
+    precision: str  # one of hardware.precisions.PRECISIONS
     size: str  # "M x N x K" for matmul; "batch, in->out channels, HxW, kernel" for conv2d
     flops: int  # per call, multiply-add counted as 2 FLOPs (torch.utils.flop_counter)
     seconds_median: float
@@ -31,15 +27,6 @@ class KernelResult:
     fraction_of_peak: float | None  # None when the peak for this device and precision is unknown
     tf32_matmul: bool | None  # torch.backends.cuda.matmul.allow_tf32 during the run (None on the CPU)
     tf32_cudnn: bool | None  # torch.backends.cudnn.allow_tf32 during the run (None on the CPU)
-
-
-@dataclass(frozen=True)
-class Peak:
-    device: str
-    precision: str
-    tflops: float | None  # dense, not sparse
-    derivation: str  # how it was obtained, or why it is unknown
-    upper_bound: bool = False  # no row for this CPU in hardware/cpus.json: the most its instruction set allows
 
 
 @dataclass(frozen=True)
@@ -74,6 +61,32 @@ class PrecisionRun:
     validation_loss: float
     seconds: float
     steps: int
+
+
+@dataclass(frozen=True)
+class GpuEstimate:
+    gpu: str  # the catalog's name
+    form_factor: str  # SXM, PCIe or consumer
+    step_s: float  # the planner's step time, seconds
+    step_s_low: float  # at the fast end of its efficiency band
+    step_s_high: float  # at the slow end
+    speedup: float  # the CPU's measured step / step_s
+    speedup_low: float  # / step_s_high
+    speedup_high: float  # / step_s_low
+
+
+@dataclass(frozen=True)
+class GpuAnswer:
+    model: str
+    batch_size: int
+    cpu_precision: str  # of the fastest CPU step measured for this model and batch
+    cpu_step_s: float  # its median
+    gpu_precision: str
+    flops_per_step: int
+    bytes_per_step: int  # what the step reads and writes, as the planner traced it
+    efficiency_source: str  # where the planner's efficiencies and their band come from
+    estimates: list[GpuEstimate]
+    gpu_present: bool  # the machine has a GPU that was not benchmarked
 
 
 @dataclass(frozen=True)

@@ -16,16 +16,17 @@ import torch
 
 from gpufeed.bench.budget import NO_BUDGET, QUICK_KERNELS_S, QUICK_MEASUREMENT_S, QUICK_STEPS_S, Budget
 from gpufeed.bench.busy import judge, read_cpu, usable_cores
-from gpufeed.bench.gpu_answer import ANSWER_BATCH, GpuAnswer, cpu_step_to_beat, estimate_gpus
+from gpufeed.bench.gpu_answer import ANSWER_BATCH, cpu_step_to_beat, estimate_gpus
 from gpufeed.bench.kernels import conv_benchmark, matmul_sweep
 from gpufeed.bench.link import measure_link
-from gpufeed.bench.peak import cpu_peaks, gpu_peaks, peak_table
-from gpufeed.bench.results import PRECISIONS, BenchResult, KernelResult, Peak, PrecisionRun, TrainStepResult
+from gpufeed.bench.results import BenchResult, GpuAnswer, KernelResult, PrecisionRun, TrainStepResult
 from gpufeed.bench.steps import precision_runs, train_step_benchmark
 from gpufeed.bench.summary import summarise
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.devices import resolve_device
 from gpufeed.hardware.na import is_na
+from gpufeed.hardware.peak import Peak, cpu_peaks, gpu_peaks, peak_table
+from gpufeed.hardware.precisions import PRECISIONS
 from gpufeed.hardware.probe import MachineInfo, probe_cpu, probe_machine
 
 Say = Callable[[str], None]

@@ -1,9 +1,9 @@
 """Whole training steps (forward, backward, AdamW) of the `gpufeed train` models per device and precision, and
 short real training runs per precision: how fast each is, and what it does to accuracy.
 
-Precisions (`results.PRECISIONS`): fp64 (model and inputs in float64), fp32 (TF32 off on CUDA), tf32 (fp32 with
-TF32 tensor-core matmuls and convolutions, CUDA only), bf16 and fp16 (autocast as `gpufeed train` runs them,
-bf16 inputs under bf16, a gradient scaler for fp16).
+Precisions (`hardware.precisions.PRECISIONS`): fp64 (model and inputs in float64), fp32 (TF32 off on CUDA), tf32
+(fp32 with TF32 tensor-core matmuls and convolutions, CUDA only), bf16 and fp16 (autocast as `gpufeed train` runs
+them, bf16 inputs under bf16, a gradient scaler for fp16).
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import torch
 from torch import nn
 
 from gpufeed.bench.budget import NO_BUDGET, Budget, OverBudget, budgeted_timing
-from gpufeed.bench.kernels import tf32_flags
-from gpufeed.bench.results import PRECISIONS, PrecisionRun, TrainStepResult
+from gpufeed.bench.results import PrecisionRun, TrainStepResult
 from gpufeed.errors import ConfigError, DeviceUnavailable, GpufeedError
 from gpufeed.hardware.devices import resolve_device
+from gpufeed.hardware.precisions import PRECISIONS
+from gpufeed.hardware.tf32 import tf32_flags
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.loop import train
 from gpufeed.train.models import build_model

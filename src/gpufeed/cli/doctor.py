@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from rich.table import Table
-from rich.text import Text
-
-from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document, error_console
+from gpufeed.cli.doctor_show import show, show_plan
+from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, emit_document, error_console
 from gpufeed.errors import GpufeedError
 
 EXAMPLES = """examples:
@@ -73,100 +71,25 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def _number(value) -> str:
-    if value is None:
-        return "NA"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    if isinstance(value, dict):  # settings by name (evidence.settings): as the user would write them
-        return "(" + ", ".join(f"{key}={item!r}" for key, item in value.items()) + ")"
-    return str(value)
-
-
-def _rate(value: float | None) -> str:
-    return "NA" if value is None else f"{value:,.0f}"
-
-
-def _findings_table(report) -> Table:
-    table = Table(title="findings")
-    for column in ("kind", "severity", "share", "confidence", "evidence"):
-        table.add_column(column, justify="right" if column == "share" else "left")
-    for finding in report.findings:
-        evidence = ", ".join(f"{key} {_number(value)}" for key, value in finding.evidence.items())
-        table.add_row(finding.kind, finding.severity, f"{finding.share:.0%}", finding.confidence, Text(evidence))
-    return table
-
-
-def show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
-    """The verdict, the findings with their fixes and gains, the rates and the notes; `shown`, a note already
-    printed (the incomplete watch, in bold)."""
-    verdict = report.verdict if report is not None else None
-    if verdict is not None:
-        busy = "NA" if verdict.device_busy is None else f"{verdict.device_busy:.0%}"
-        ranks = f" (rank 0 of {verdict.world_size})" if verdict.world_size > 1 else ""
-        console.print(f"[bold]verdict: {verdict.primary}[/bold] — {verdict.steps} steps on {verdict.device}{ranks}, "
-                      f"waiting for data {verdict.data_wait:.0%} of the time, device busy {busy}")
-    if problem:
-        console.print(Text(f"watch incomplete: {problem}", style="bold red"))
-    if report is None:
-        _show_notes(notes, shown)
-        return
-    console.print(_findings_table(report))
-    for finding in report.findings:
-        if finding.fix:
-            console.print(Text(f"{finding.kind}: {finding.fix}", style="bold"))
-        if finding.snippet:
-            console.print(Text("    " + finding.snippet.replace("\n", "\n    ")))
-    _show_gains(report)
-    console.print(f"loader supplies {_rate(report.loader_samples_per_s)} samples/s; the model consumes "
-                  f"{_rate(report.model_samples_per_s)} samples/s when fed instantly (batch size from "
-                  f"{'the loader' if watcher.seen.get('batches') else 'the model input'})")
-    _show_notes(report.notes, shown)
-
-
-def _show_gains(report) -> None:
-    from gpufeed.doctor.report import gain_headline
-
-    for finding in report.findings:
-        if finding.gain is not None:
-            measured = finding.gain.measured is not None
-            console.print(Text(f"{'verified' if measured else 'tried'}: {finding.kind}: "
-                               f"{gain_headline(finding.gain.to_json())}", style="bold green" if measured else "bold"))
-            console.print(Text(f"    how: {finding.gain.how}"))
-
-
 def _try_fixes(args, target: str, script_args: list[str], report):
     """The report with the measured gains and the reasons for the rest (`--try`)."""
-    from gpufeed.doctor.experiments import plan_experiments
-    from gpufeed.doctor.trials import run_experiments, total_runs
+    from gpufeed.doctor.trials.plan import plan_experiments
+    from gpufeed.doctor.trials.runs import run_experiments
 
     planned, _ = plan_experiments(report)
-    if planned:
-        runs = total_runs(len(planned), args.repeats)
-        error_console.print(f"gpufeed doctor --try: {len(planned)} experiment{'s' if len(planned) > 1 else ''} "
-                            f"({', '.join(e.name for e in planned)}), {args.repeats} pair"
-                            f"{'s' if args.repeats > 1 else ''} each of a fresh baseline run and the change: "
-                            f"{runs} more runs of the script, {args.steps} steps each")
+    show_plan(planned, args.repeats, args.steps)
     findings, notes = run_experiments(target, script_args, args.module, report, args.steps, args.warmup,
                                       args.timeout, args.repeats)
     return dataclasses.replace(report, findings=findings, notes=report.notes + notes)
 
 
-def _show_notes(notes: list, shown=None) -> None:
-    """Each note as the page shows it: about the run ("note") or not measured; `shown` is left out."""
-    for note in notes:
-        if note != shown:
-            prefix = "note" if note.kind == "run" else "not measured"
-            console.print(Text(f"{prefix}: {note.text}", style="dim"))
-
-
 def run(args) -> int:
     from gpufeed.cli import doctor_ranks
-    from gpufeed.doctor.diagnose import empty_report
-    from gpufeed.doctor.inject import check_target, run_script
-    from gpufeed.doctor.ranks import RankContext
-    from gpufeed.doctor.report import Note
-    from gpufeed.doctor.watch import Watcher
+    from gpufeed.doctor.findings.diagnose import diagnose, empty_report
+    from gpufeed.doctor.notes import Note
+    from gpufeed.doctor.observe.inject import check_target, run_script
+    from gpufeed.doctor.observe.watch import Watcher
+    from gpufeed.doctor.ranks.context import RankContext
 
     if args.nproc_per_node is not None and args.nproc_per_node > 1:
         return doctor_ranks.launch(args)
@@ -188,7 +111,7 @@ def run(args) -> int:
     incomplete = Note("run", f"watch incomplete: {problem}") if problem and outcome.error is None else None
     notes = [incomplete] if incomplete else []
     records = watcher.records
-    report = watcher.report(outcome.error, notes) if records else None
+    report = diagnose(watcher.observe(outcome.error, notes)) if records else None
     if args.try_fixes and report is not None and outcome.error is None and not outcome.timed_out:
         report = _try_fixes(args, target, script_args, report)
     elif args.try_fixes:

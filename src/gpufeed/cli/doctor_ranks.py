@@ -1,7 +1,7 @@
 """`gpufeed doctor` on several ranks: `--nproc-per-node N` launches the ranks through torch.distributed.run, and
 each rank (found from torchrun's environment) runs the script watched, sends its record, and rank 0 prints and
-writes the one report (gpufeed/doctor/ranks.py says how). Ranks other than 0 print nothing of the doctor's.
-With --try: cli/doctor_ranks_try.py."""
+writes the one report (doctor/ranks/context.py says how; doctor/ranks/job.py holds the jobs' protocol). Ranks other
+than 0 print nothing of the doctor's. With --try: cli/doctor_ranks_try.py. The printing is cli/doctor_show.py's."""
 
 from __future__ import annotations
 
@@ -9,42 +9,16 @@ import os
 import sys
 import threading
 
-from gpufeed.cli.output import check_output_paths, console, emit_document, error_console
+from gpufeed.cli.doctor_show import show, show_ranks
+from gpufeed.cli.output import check_output_paths, emit_document, error_console
 from gpufeed.errors import GpufeedError
-
-
-def rank_words(args, steps: int | None = None, warmup: int | None = None, trial: bool = False) -> list[str]:
-    """The doctor's options and SCRIPT ARGS for each rank (--nproc-per-node and --try left out); a `trial` run
-    profiles nothing and writes no --json or --html (the launcher writes the report)."""
-    words = ["--steps", str(steps or args.steps), "--warmup", str(args.warmup if warmup is None else warmup),
-             "--profile-steps", "0" if trial else str(args.profile_steps), "--timeout", f"{args.timeout:g}"]
-    for flag in ("json", "html"):
-        if getattr(args, flag) is not None and not trial:
-            words += [f"--{flag}", getattr(args, flag)]
-    if args.module:
-        words.append("-m")
-    return words + list(args.command)
-
-
-def run_job(words: list[str], nproc: int) -> list[int]:
-    """One torchrun job of `nproc` ranks running `gpufeed doctor WORDS`; the ranks that failed (none: [])."""
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import parse_args
-    from torch.distributed.run import run as run_ranks
-
-    from gpufeed.doctor.ranks import launcher_arguments
-
-    try:
-        run_ranks(parse_args(launcher_arguments(words, nproc)))
-    except ChildFailedError as failed:
-        return sorted(failed.failures)
-    return []
 
 
 def launch(args) -> int:
     """Run the doctor as args.nproc_per_node ranks on this machine through torch's own launcher; with --try,
     then each experiment's runs, each its own job."""
-    from gpufeed.doctor.inject import check_target
+    from gpufeed.doctor.observe.inject import check_target
+    from gpufeed.doctor.ranks.job import rank_words, run_job
 
     if not args.command:
         raise GpufeedError("give the training script: gpufeed doctor --nproc-per-node N SCRIPT [ARGS...]")
@@ -66,12 +40,12 @@ def launch(args) -> int:
 
 def run_rank(args, context) -> int:
     """One rank of a torchrun job: watch the script, send the record; rank 0 gathers and reports."""
-    from gpufeed.cli.doctor_ranks_try import trial_experiment, trial_from_environment
-    from gpufeed.doctor.experiments import Changes
-    from gpufeed.doctor.inject import check_target, run_script
-    from gpufeed.doctor.rank_timing import RankTimer
-    from gpufeed.doctor.ranks import GRACE_S, Exchange, RankGuard, rank_record
-    from gpufeed.doctor.watch import Watcher
+    from gpufeed.doctor.observe.inject import check_target, run_script
+    from gpufeed.doctor.observe.watch import Watcher
+    from gpufeed.doctor.ranks.context import GRACE_S, Exchange, RankGuard, rank_record
+    from gpufeed.doctor.ranks.job import end_process_group, trial_experiment, trial_from_environment
+    from gpufeed.doctor.ranks.timing import RankTimer
+    from gpufeed.doctor.trials.changes import Changes
 
     if not args.command:
         raise GpufeedError("give the training script: torchrun ... -m gpufeed doctor SCRIPT [ARGS...]")
@@ -125,79 +99,31 @@ def run_rank(args, context) -> int:
     else:
         exchange.wait_finished(args.timeout)
         status = 1 if problem else 0
-    _end_process_group()
+    end_process_group()
     return status
 
 
 def _report(args, context, exchange, watcher, problem: str | None, error: str | None, trial: dict | None) -> int:
     """Rank 0: gather every rank's record, diagnose, print, write; then tell the ranks it is done. In a --try
     job, write only rank 0's watched steps and the first problem of any rank (TRIAL_VARIABLE's result)."""
-    import dataclasses
-    import json
-    import os
-
-    from gpufeed.atomic import write_text_atomic
-    from gpufeed.cli.doctor import show
-    from gpufeed.cli.doctor_ranks_try import REPORT_VARIABLE
-    from gpufeed.doctor.diagnose import diagnose, empty_report
-    from gpufeed.doctor.ranks import rank_problems, with_ranks
-    from gpufeed.doctor.report import Note
+    from gpufeed.doctor.ranks.job import job_report, other_problems, save_for_launcher, write_trial_result
 
     try:
         records, missing = exchange.gather(args.timeout)
-        others = [line for line in rank_problems(records, missing) if not line.startswith("rank 0:")]
+        others = other_problems(records, missing)
         if trial is not None:
             first = problem or (others[0] if others else None)
-            write_text_atomic(trial["result"], json.dumps(
-                {"records": [dataclasses.asdict(record) for record in watcher.records], "problem": first}))
+            write_trial_result(trial, watcher, first)
             return 1 if first else 0
-        incomplete = Note("run", f"watch incomplete: rank 0: {problem}") if problem and error is None else None
-        notes = ([incomplete] if incomplete else []) + [Note("run", f"watch incomplete: {line}") for line in others]
-        seen = with_ranks(watcher.observe(error, notes), context.world_size, records, missing)
-        if error is None and others:
-            seen = _with_error(seen, others[0])
-        report = diagnose(seen) if seen.steps else empty_report(seen)
-        report.timeline["ranks"] = [{"rank": r["rank"], "steps": r["steps"]} for r in records]
+        job = job_report(watcher, context.world_size, records, missing, problem, error)
         if args.json != "-":
-            show(report if seen.steps else None, watcher, problem, list(seen.notes), shown=incomplete)
-            _show_ranks(report)
-        emit_document(report.to_json(), "doctor", args)
-        if os.environ.get(REPORT_VARIABLE):  # the launcher's --try reads the diagnosis here
-            write_text_atomic(os.environ[REPORT_VARIABLE], json.dumps(report.to_json()))
+            show(job.report if job.watched else None, watcher, problem, list(job.notes), shown=job.incomplete)
+            show_ranks(job.report)
+        emit_document(job.report.to_json(), "doctor", args)
+        save_for_launcher(job.report)
     finally:
         exchange.finish()
-    return 1 if problem or others or not seen.steps else 0
-
-
-def _with_error(seen, line: str):
-    import dataclasses
-
-    return dataclasses.replace(seen, script_error=line)
-
-
-def _show_ranks(report) -> None:
-    from rich.table import Table
-
-    if not report.ranks:
-        return
-    table = Table(title=f"ranks ({report.verdict.world_size}), means per watched step")
-    for column in ("rank", "steps", "step ms", "data wait ms", "forward ms", "backward ms", "optimizer ms",
-                   "all-reduce in flight ms", "all-reduce waited ms", "MiB all-reduced"):
-        table.add_column(column, justify="right")
-    for rank in report.ranks:
-        table.add_row(str(rank["rank"]), str(rank["steps"]), f"{rank['step_ms']:.1f}", f"{rank['data_wait_ms']:.1f}",
-                      f"{rank['forward_ms']:.1f}", f"{rank['backward_ms']:.1f}", f"{rank['optimizer_ms']:.1f}",
-                      f"{rank['collective_ms']:.1f}", f"{rank['exposed_ms']:.1f}",
-                      f"{rank['bytes_per_step'] / 2**20:.2f}")
-    console.print(table)
-
-
-def _end_process_group() -> None:
-    """Destroy the script's process group, left alive when the doctor stopped the script."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    return 1 if problem or others or not job.watched else 0
 
 
 def exit_now(status: int) -> None:

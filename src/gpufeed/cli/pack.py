@@ -21,8 +21,10 @@ from rich.progress import (
 )
 
 from gpufeed.cli.output import add_json_flag, console, emit_json, error_console, to_jsonable
-from gpufeed.data.format import read_header, verify_checksums
-from gpufeed.data.pack import PackResult, pack
+from gpufeed.data.format.header import read_header
+from gpufeed.data.format.verify import verify_checksums
+from gpufeed.data.pack.result import PackResult
+from gpufeed.data.pack.sources import pack
 from gpufeed.errors import ConfigError
 
 EPILOG = """\

@@ -71,7 +71,7 @@ def _request(args):
 
     shape, classes, size, stored = (3, 32, 32), 10, 50_000, None
     if args.data:
-        shape, classes, size, stored = _data_defaults(args)
+        shape, classes, size, stored = data_defaults(args)
     if args.input:
         shape = parse_input_shape(args.input)
     return PlanRequest(model=args.model, input_shape=shape, num_classes=args.classes or classes,
@@ -82,9 +82,9 @@ def _request(args):
                        source_bytes=None if args.source_gib is None else round(args.source_gib * 2**30))
 
 
-def _data_defaults(args) -> tuple[tuple[int, int, int], int, int, int]:
+def data_defaults(args) -> tuple[tuple[int, int, int], int, int, int]:
     """Input shape (C, H, W), classes, samples and stored bytes per sample from --data (and --image-size)."""
-    from gpufeed.data.format import read_header
+    from gpufeed.data.format.header import read_header
 
     header = read_header(args.data)
     if args.image_size is not None and args.image_size <= 0:

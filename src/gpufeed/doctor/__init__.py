@@ -1,31 +1,31 @@
 """gpufeed doctor and gpufeed.watch: watch a training loop, name its bottleneck with evidence, and measure the fix.
 
-The flow: inject.py runs the script with hooks.py's instrumentation feeding a Watcher (watch.py); the Watcher's
-`observe()` makes one Observation (observation.py); diagnose.py runs every finding module over it into a Report
-(report.py); with --try, experiments.py and trials.py re-run the script with each leading fix and measure it.
+The flow, by stage: observe/ runs the script (or the loop `watch()` wraps) with hooks feeding a Watcher, whose
+`observe()` makes one Observation (observation.py); findings/ turns an Observation into a Report (findings/diagnose.py);
+trials/ (--try) re-runs the script with each leading fix and measures it; ranks/ does all of that on every rank of
+a torchrun job. The command line (cli/doctor*.py) only parses flags, prints and says the exit status.
 
-Running and watching:
-- inject.py: run_script, someone else's script run in this process as python would, with a watchdog
-- hooks.py: Instrumentation, the hooks patched into torch (DataLoader, optimizer, module hooks, CUDA copies/syncs)
-- loader_split.py: inside the DataLoader, each batch's __getitem__, collate, hand-over and pinning, timed where they run
-- patching.py: Patch (reversible), AfterImport, the first tensor of a batch, the user's line that called a library
-- frameworks.py: the training framework and where the training loader was built, recorded at construction (Setup)
-- watch.py: Watcher, events in and one StepRecord per step out; the step clock; observe(), the Observation
-- clock.py: what one step holds (batches, samples, accumulation) and the notes that say so
-- profile.py: torch.profiler over a few steps after the watched ones: operators, kernels, device busy time
-- flops.py: the FLOPs of the last warm-up step (FlopCounterMode) by operator and precision, the device's peak
-- wrapper.py: watch() and the WatchedLoop it returns, an iterable wrapper and a context manager
-Judging:
+Arrows (each may import only what it lists; nothing below imports what is above it):
+- ranks/ -> trials/, findings/, observation.py, notes.py, patching.py
+- trials/ -> observe/, findings/, frameworks/, notes.py, patching.py
+- wrapper.py -> observe/, findings/
+- observe/ -> observation.py, frameworks/, notes.py, patching.py (never findings/)
+- findings/ -> observation.py, frameworks/, notes.py (never observe/; no torch)
+- observation.py -> frameworks/, notes.py
+- frameworks/ -> notes.py, patching.py
+- notes.py, patching.py: nothing of the doctor's
+
+Here:
 - observation.py: Observation, the typed, frozen record of a run the findings read, with its parts and Totals
-- findings/: one module per finding kind (detection, fix, --try experiments, meaning); FINDINGS, KINDS
-- grading.py: the shared thresholds, severity and confidence, the host-bound gate, new_finding
-- framework_words.py: the fixes in the framework's words (TrainingArguments, train_dataloader(), accelerate)
-- stalls.py: slow-step outliers and the beat they fall on (periodic_stall's detection)
-- diagnose.py: an Observation in, a Report out: the findings, the primary kind, the verdict, the throughputs
-- report.py: Report, Verdict, Finding, Gain, Note (about the run or not measured), SEVERITIES; the JSON
-Verifying (--try):
-- experiments.py: the changes that test a fix (replayed batches, DataLoader arguments, autocast) and their checks;
-  plan_experiments asks each finding's module which to run
-- async_item.py: the async_item experiment for sync_stall (CUDA), .item() without the wait
-- trials.py: pairs of a fresh baseline and the changed run, the median gain and its range
+  (the profiled steps and the step's FLOPs included)
+- notes.py: Note (about the run, or not measured), Notes, unmeasured: the lines every stage adds to a report
+- patching.py: Patch (reversible), AfterImport, the first tensor of a batch, the user's line that called a library
+- wrapper.py: watch() and the WatchedLoop it returns (an iterable wrapper and a context manager); its report()
+  is diagnose(observe())
+Folders (each __init__.py is the map of its own):
+- frameworks/: the training framework and the training loader's site, and the fixes in the framework's words
+- observe/: the in-process run, the hooks, the loader split, the step clock and contents, profile, FLOPs, Watcher
+- findings/: one module per finding kind, grading, stalls, diagnose, and the Report types
+- trials/: --try: the changes, async_item, the plan of experiments, the runs and their gains
+- ranks/: several ranks: the rank context and exchange, the rank timing, the torchrun jobs
 """

@@ -1,11 +1,14 @@
-"""What the doctor saw of a training loop, typed and frozen: the one thing its findings read.
+"""What the doctor saw of a training loop, typed and frozen: the one thing its findings read. It sits below both
+stages: observe/ fills it, findings/ reads it.
 
-`Watcher.observe()` (watch.py) builds it, the only place one is made from a run: the watched steps and the host
-samples, the device, the host's cores and torch's threads, the training loader's settings, device memory, the
-profiled window, what a step held, the dtypes seen, the ranks, the notes so far, the script's error, the
-step's arithmetic (FLOPs counted in a warm-up step, flops.py), and the framework with the training loader's site
-and settings (`setup`, frameworks.py). Every field is filled there; None inside a part means that reading could
-not be taken (its reason is a note).
+`Watcher.observe()` (observe/watch.py) builds it, the only place one is made from a run: the watched steps and the
+host samples, the device, the host's cores and torch's threads, the training loader's settings, device memory, the
+profiled window, what a step held, the dtypes seen, the ranks, the notes so far, the script's error, the step's
+arithmetic (FLOPs counted in a warm-up step, observe/flops.py), and the framework with the training loader's site
+and settings (`setup`, frameworks/setup.py). Every field is filled there; None inside a part means that reading
+could not be taken (its reason is a note). The parts the observe stage hands over are typed here too: the
+profiled steps (`ProfiledStep`, `ProfileSummary`, from observe/profile.py) and the step's FLOPs
+(`OperatorFlops`, `StepArithmetic`, from observe/flops.py).
 
 Derived here, for every finding alike: `totals` (sums over the watched steps), `on_gpu`, the batch size, the
 device's busy fraction (`device_busy`, `busy`), the batch the model sees (`model_batch`) and GPM's activity means.
@@ -22,12 +25,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.frameworks import PLAIN, Setup
+from gpufeed.doctor.frameworks.setup import PLAIN, Setup
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.flops import StepArithmetic
-    from gpufeed.doctor.profile import ProfiledStep, ProfileSummary
-    from gpufeed.doctor.report import Note
+    from gpufeed.doctor.notes import Note
     from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord
 
 
@@ -49,7 +50,7 @@ class LoaderSettings:
 
 @dataclass(frozen=True)
 class LoaderParts:
-    """What the doctor knows of a DataLoader iterator's parts besides their times (loader_split.py): its collate
+    """What the doctor knows of a DataLoader iterator's parts besides their times (observe/loader_split.py): its collate
     function, and the parts it cannot time with why ("what: why" lines)."""
 
     collate_name: str | None  # "pad_batch", "default_collate"
@@ -68,7 +69,7 @@ class MemoryReading:
 
 @dataclass(frozen=True)
 class StepShape:
-    """What a step held (clock.py)."""
+    """What a step held (observe/clock.py)."""
 
     batch_size: int | None  # samples of a step: the most common over the watched steps, else the model's rows
     batches_per_step: int | None  # training loader batches per step (None: no loader batch)
@@ -77,7 +78,7 @@ class StepShape:
 
 @dataclass(frozen=True)
 class RankSummary:
-    """One rank's watched steps, as means per step in milliseconds (ranks.py gathers them; rank_timing.py times
+    """One rank's watched steps, as means per step in milliseconds (ranks/context.py gathers them; ranks/timing.py times
     the forward, the all-reduce and the optimizer step). compute_ms is the rest of the step: wall - data wait -
     exposed all-reduce; of it, forward_ms (DDP's forward), optimizer_ms (optimizer.step) and backward_ms, the
     rest (the loss, the backward pass, zero_grad)."""
@@ -113,8 +114,67 @@ class Ranks:
 
 
 @dataclass(frozen=True)
+class ProfiledStep:
+    """One profiled step. Seconds of the profiled loop; CUDA fields None when kernels were not traced."""
+
+    index: int  # 0 for the first recorded step
+    wall_s: float  # between the step's marks
+    operators: int  # top-level aten operators the host dispatched
+    outside_operators_s: float  # host time outside operators and the loader: Python between ops
+    loader_s: float  # inside DataLoader __next__
+    kernels: int | None  # CUDA kernels launched
+    short_kernels: int | None  # of which shorter than observe/profile.py's SHORT_KERNEL_US
+    kernel_s: float | None  # their summed durations
+    kernel_busy_s: float | None  # the union of their intervals on the device
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """The profiled window: its steps, how many were asked for, and why fewer were recorded (None: all were)."""
+
+    steps: tuple[ProfiledStep, ...]
+    requested: int
+    cuda: bool  # kernels were traced
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class OperatorFlops:
+    """The FLOPs one operator did in the counted step, at one precision (and layout, for a convolution)."""
+
+    operator: str  # torch's name: "aten.mm", "aten.convolution"
+    precision: str  # "fp32", "tf32", "bf16", "fp16", "fp64", else the dtype's name
+    channels_last: bool | None  # a convolution's input was channels_last; None: not a forward convolution, or
+    # a layout that is both (one channel, or 1x1 images)
+    flops: int
+
+
+@dataclass(frozen=True)
+class StepArithmetic:
+    """The counted step's FLOPs and the device's peak for the precision that did most of them."""
+
+    flops_per_step: int
+    operators: tuple[OperatorFlops, ...]  # most FLOPs first
+    precision: str | None  # of most FLOPs; None when no FLOP was counted
+    peak_flops_per_s: float | None  # the device's dense peak in `precision`; None: unknown (see peak_derivation)
+    peak_derivation: str  # how the peak was derived, or why it is unknown
+    bf16_native: bool | None  # the device computes bf16 natively, not emulated (a GPU from Ampere on; a CPU
+    # with AMX-BF16 or AVX512-BF16); None: not known
+
+    def flops_in(self, *precisions: str) -> int:
+        """FLOPs done in one of `precisions` (all of them matrix products, convolutions or attention: the
+        operators of torch's flop_registry)."""
+        return sum(o.flops for o in self.operators if o.precision in precisions)
+
+    @property
+    def nchw_convolution_flops(self) -> int:
+        """FLOPs of forward convolutions whose input was not channels_last."""
+        return sum(o.flops for o in self.operators if o.channels_last is False)
+
+
+@dataclass(frozen=True)
 class ProfileWindow:
-    """The profiled steps after the watched ones (profile.py): their means, and each step. Seconds and shares of
+    """The profiled steps after the watched ones (observe/profile.py): their means, and each step. Seconds and shares of
     the profiled loop; the kernel fields None when kernels were not traced."""
 
     steps: tuple[ProfiledStep, ...]
@@ -205,8 +265,8 @@ class Observation:
     ranks: Ranks
     notes: tuple[Note, ...]  # the instrumentation's and the caller's, in order
     script_error: str | None  # the script's exception, one line
-    arithmetic: StepArithmetic | None = None  # a warm-up step's FLOPs and the peak (flops.py); None: not counted
-    setup: Setup = PLAIN  # the training loop's framework and its loader's site and settings (frameworks.py)
+    arithmetic: StepArithmetic | None = None  # a warm-up step's FLOPs and the peak (observe/flops.py); None: none
+    setup: Setup = PLAIN  # the training loop's framework and its loader's site and settings (frameworks/setup.py)
 
     @cached_property
     def batch_size(self) -> int | None:

@@ -1,15 +1,16 @@
 """`gpufeed.watch()` and the `WatchedLoop` it returns: an iterable wrapper and a context manager around one
-`Watcher` (watch.py), with the doctor's instrumentation (hooks.py) installed while it runs."""
+`Watcher` (observe/watch.py), with the doctor's instrumentation (observe/hooks.py) installed while it runs."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
 
-from gpufeed.doctor.hooks import Instrumentation
-from gpufeed.doctor.profile import PROFILE_STEPS
-from gpufeed.doctor.report import Report
-from gpufeed.doctor.watch import Watcher
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.report import Report
+from gpufeed.doctor.observe.hooks import Instrumentation
+from gpufeed.doctor.observe.profile import PROFILE_STEPS
+from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.measure.steps import StepRecord
 
 
@@ -76,7 +77,7 @@ class WatchedLoop:
 
     def report(self) -> Report:
         """The doctor's Report (`diagnose`) on the steps watched so far."""
-        return self.watcher.report()
+        return diagnose(self.watcher.observe())
 
 
 def watch(iterable: Iterable | None = None, *, steps: int = 50, warmup: int = 5,

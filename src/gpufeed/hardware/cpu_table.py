@@ -3,8 +3,8 @@ what /proc/cpuinfo says (x86 vendor, family and model; Arm implementer, architec
 
 The instruction-set flags say which instructions a CPU has, not how many execution units run them: Zen 4 runs
 AVX-512 on 256-bit units, a Xeon Silver has one 512-bit FMA unit where a Platinum has two. Each row names the
-units and its sources (title, URL, date). A CPU without a row gets NA here, and the bench bounds its peak from the
-flags instead (bench/peak.py).
+units and its sources (title, URL, date). A CPU without a row gets NA here, and its peak is bounded from its
+flags instead (hardware/peak.py).
 
     row = find_cpu_row(probe_cpu())            # CpuRow, or NA naming the family and model that have no row
     rate = row.rate("fp32", cpu_flags)         # (flag, FLOPs per cycle per core), or None

@@ -1,4 +1,5 @@
-"""Turn a device name from the user ('auto', 'cpu', 'cuda', 'cuda:1', 'mps') into a `torch.device` that exists."""
+"""Turn a device name from the user ('auto', 'cpu', 'cuda', 'cuda:1', 'mps') into a `torch.device` that exists, and
+a device into the label results carry ('cpu', 'cuda:0')."""
 
 from __future__ import annotations
 
@@ -45,3 +46,11 @@ def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
             raise DeviceUnavailable("device 'mps' asked for, but MPS is not available here; use --device cpu")
         return device
     raise DeviceUnavailable(f"device type {device.type!r} is not supported; choose one of {DEVICE_CHOICES}")
+
+
+def device_label(device: torch.device | str) -> str:
+    """"cpu", "cuda:0": the device string results carry (a bare "cuda" gets the current index)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return f"cuda:{torch.cuda.current_device()}"
+    return str(device)

@@ -32,7 +32,7 @@ _GPM_NAMES = ("nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleG
 def gpm_supported(index: int) -> bool | NA:
     """True when the device has GPM metrics; otherwise the `NA` that says why not: no NVML, a pynvml without
     the GPM functions, a driver whose NVML lacks them (before R525), or a GPU older than Hopper."""
-    library = nvml._load()
+    library = nvml.load_library()
     if is_na(library):
         return library
     missing = [name for name in _GPM_NAMES if not hasattr(library, name)]
@@ -46,7 +46,7 @@ def gpm_supported(index: int) -> bool | NA:
                       "GPM needs R525 or newer)")
         if type(error).__name__ == "NVMLError_NotSupported":
             return NA(f"GPM not supported on NVML device {index} (GPM needs a Hopper or newer GPU)")
-        return NA(f"GPM support unreadable on NVML device {index}: {nvml._describe(error)}")
+        return NA(f"GPM support unreadable on NVML device {index}: {nvml.describe_error(error)}")
     if not support.isSupportedDevice:
         return NA(f"GPM not supported on NVML device {index} (GPM needs a Hopper or newer GPU)")
     return True
@@ -68,20 +68,20 @@ class GpmReader:
         self.unavailable: NA | None = support if is_na(support) else None
 
     def _failed(self, error: BaseException) -> dict[str, NA]:
-        why = NA(f"GPM unreadable on NVML device {self.index}: {nvml._describe(error)}")
+        why = NA(f"GPM unreadable on NVML device {self.index}: {nvml.describe_error(error)}")
         return {field: why for field, _, _ in GPM_METRICS}
 
     def read(self) -> dict[str, float | NA] | None:
         with self._lock:
             if self.unavailable is not None or self._closed:
                 return None
-            now, nv = self._clock(), nvml._load()
+            now, nv = self._clock(), nvml.load_library()
             if self._previous is not None and now - self._previous[0] < self._window_s:
                 return None
             try:
                 sample = nv.nvmlGpmSampleAlloc()
             except Exception as error:  # out of memory, or NVML shut down: nothing more to read
-                self.unavailable = NA(f"GPM sample buffer not allocated: {nvml._describe(error)}")
+                self.unavailable = NA(f"GPM sample buffer not allocated: {nvml.describe_error(error)}")
                 return None
             try:
                 nv.nvmlGpmSampleGet(nv.nvmlDeviceGetHandleByIndex(self.index), sample)
@@ -103,7 +103,7 @@ class GpmReader:
             self._closed = True
             previous, self._previous = self._previous, None
             if previous is not None:
-                _free(nvml._load(), previous[1])
+                _free(nvml.load_library(), previous[1])
 
 
 def _free(nv: Any, sample: Any) -> None:
@@ -133,6 +133,6 @@ def _gpm_metrics(nv: Any, index: int, first: Any, second: Any) -> dict[str, floa
 
 def _error_text(nv: Any, code: int) -> str:
     try:
-        return nvml._text(nv.nvmlErrorString(code))
+        return nvml.as_text(nv.nvmlErrorString(code))
     except Exception:
         return f"NVML error {code}"

@@ -28,7 +28,7 @@ _lock = threading.Lock()
 _library: Any = None  # None: not tried yet; the initialised pynvml module; or NA (why it failed)
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
     text = str(error).strip()
     if type(error).__name__.startswith("NVMLError") and text:
         return text  # NVML's messages read well alone: "Not Supported", "Driver Not Loaded"
@@ -43,11 +43,11 @@ def _initialise() -> Any:
     try:
         pynvml.nvmlInit()
     except Exception as error:  # NVMLError_LibraryNotFound, DriverNotLoaded, OSError...
-        return NA(f"NVML not available: {_describe(error)}")
+        return NA(f"NVML not available: {describe_error(error)}")
     return pynvml
 
 
-def _load() -> Any:
+def load_library() -> Any:
     """The initialised pynvml module, or the `NA` that says why there is none (tried once)."""
     global _library
     with _lock:
@@ -57,33 +57,33 @@ def _load() -> Any:
 
 
 def _query_system(field: str, read: Callable[[Any], T]) -> T | NA:
-    library = _load()
+    library = load_library()
     if is_na(library):
         return library
     try:
         return read(library)
     except Exception as error:
-        return NA(f"{field} unreadable through NVML: {_describe(error)}")
+        return NA(f"{field} unreadable through NVML: {describe_error(error)}")
 
 
 def _query(index: int, field: str, read: Callable[[Any, Any], T]) -> T | NA:
-    library = _load()
+    library = load_library()
     if is_na(library):
         return library
     try:
         handle = library.nvmlDeviceGetHandleByIndex(index)
         return read(library, handle)
     except Exception as error:
-        return NA(f"{field} unreadable on NVML device {index}: {_describe(error)}")
+        return NA(f"{field} unreadable on NVML device {index}: {describe_error(error)}")
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def nvml_available() -> bool | NA:
     """True when NVML initialised; otherwise the `NA` that says why not."""
-    library = _load()
+    library = load_library()
     return library if is_na(library) else True
 
 
@@ -94,7 +94,7 @@ def device_count() -> int | NA:
 
 def device_uuid(index: int) -> str | NA:
     """The device's UUID, such as "GPU-5b3c...". `uuid`."""
-    return _query(index, "uuid", lambda nv, handle: _text(nv.nvmlDeviceGetUUID(handle)))
+    return _query(index, "uuid", lambda nv, handle: as_text(nv.nvmlDeviceGetUUID(handle)))
 
 
 def _bare_uuid(uuid: str) -> str:
@@ -120,7 +120,7 @@ def index_for_uuid(uuid: str) -> int | NA:
 
 def device_name(index: int) -> str | NA:
     """Product name, such as "NVIDIA H100 80GB HBM3". `name`."""
-    return _query(index, "name", lambda nv, handle: _text(nv.nvmlDeviceGetName(handle)))
+    return _query(index, "name", lambda nv, handle: as_text(nv.nvmlDeviceGetName(handle)))
 
 
 def memory_bytes(index: int, which: Literal["total", "used", "free"] = "total") -> int | NA:
@@ -201,7 +201,7 @@ def temperature_c(index: int) -> int | NA:
 
 def driver_version() -> str | NA:
     """Version of the installed NVIDIA driver, such as "550.54.15". `driver_version`."""
-    return _query_system("driver_version", lambda nv: _text(nv.nvmlSystemGetDriverVersion()))
+    return _query_system("driver_version", lambda nv: as_text(nv.nvmlSystemGetDriverVersion()))
 
 
 def cuda_driver_version() -> str | NA:

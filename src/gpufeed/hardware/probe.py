@@ -178,7 +178,7 @@ def _cuda_devices(torch: Any) -> tuple[list[AcceleratorInfo], list[str]]:
     return [_cuda_device(torch, index, count) for index in range(count)], []
 
 
-def _other_device(kind: str, index: int, name: str | NA, memory_bytes: int | NA,
+def other_device(kind: str, index: int, name: str | NA, memory_bytes: int | NA,
                   driver_version: str | NA) -> AcceleratorInfo:
     """An MPS or XPU device: NVML's PCIe, power and CUDA fields do not apply."""
     absent = NA(f"not reported for {kind.upper()} devices")
@@ -195,13 +195,13 @@ def _other_devices(torch: Any) -> tuple[list[AcceleratorInfo], list[str]]:
     mps = getattr(torch.backends, "mps", None)
     if mps is not None and attempt("mps", mps.is_available) is True:
         memory = attempt("torch.mps.recommended_max_memory", lambda: int(torch.mps.recommended_max_memory()))
-        devices.append(_other_device("mps", 0, "Apple GPU (MPS)", memory, NA("not reported for MPS devices")))
+        devices.append(other_device("mps", 0, "Apple GPU (MPS)", memory, NA("not reported for MPS devices")))
     xpu = getattr(torch, "xpu", None)
     if xpu is not None and attempt("xpu", xpu.is_available) is True:
         for index in range(xpu.device_count()):
             properties = attempt("torch.xpu.get_device_properties",
                                   lambda i=index: xpu.get_device_properties(i))
-            devices.append(_other_device("xpu", index, _read(properties, lambda p: p.name),
+            devices.append(other_device("xpu", index, _read(properties, lambda p: p.name),
                                          _read(properties, lambda p: int(p.total_memory)),
                                          _read(properties, lambda p: str(p.driver_version))))
     return devices, []

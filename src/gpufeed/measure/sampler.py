@@ -166,12 +166,12 @@ class Sampler:
         self._keep_from_s = keep_samples_from_s
         self._cuda = device if device is not None and device.type == "cuda" else None
         self._cuda_index = rank_cuda_index(self._cuda) if self._cuda is not None else None
-        self._device: GpuReader | None = None
+        self.gpu_reader: GpuReader | None = None  # NVML of this rank's GPU, once CUDA has started
         self._device_tried = False
         self._lock = threading.Lock()
         self._gpu: list[float] = []
         self._sm_activity: list[float] = []
-        self._cpu: list[float] = []
+        self.cpu_percents: list[float] = []  # this window's host CPU readings, percent of all cores
         self._ram_used: int | None = None
         self._ram_total: int | None = None
         self._host = HostReader(unmeasured=self.unmeasured)  # the disk rate between readings
@@ -190,8 +190,8 @@ class Sampler:
             if is_na(index):
                 self.unmeasured.append(f"GPU readings (NVML): {index.reason}")
             else:
-                self._device = GpuReader(index, unmeasured=self.unmeasured)
-        return self._device.read() if self._device is not None else (NO_GPU, False)
+                self.gpu_reader = GpuReader(index, unmeasured=self.unmeasured)
+        return self.gpu_reader.read() if self.gpu_reader is not None else (NO_GPU, False)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -202,7 +202,7 @@ class Sampler:
             disk = self._host.disk_read_bytes_per_s()
             with self._lock:
                 if cpu is not None:
-                    self._cpu.append(cpu)
+                    self.cpu_percents.append(cpu)
                 if gpu["gpu_utilization_percent"] is not None:
                     self._gpu.append(float(gpu["gpu_utilization_percent"]))
                 if new_window and gpu["sm_activity_percent"] is not None:
@@ -217,16 +217,16 @@ class Sampler:
     def take(self) -> Sample:
         disk = self._disk.disk_read_bytes_per_s()
         with self._lock:
-            gpu, cpu, sm_activity = self._gpu, self._cpu, self._sm_activity
+            gpu, cpu, sm_activity = self._gpu, self.cpu_percents, self._sm_activity
             used, total = self._ram_used, self._ram_total
-            self._gpu, self._cpu, self._sm_activity, self._ram_used = [], [], [], None
+            self._gpu, self.cpu_percents, self._sm_activity, self._ram_used = [], [], [], None
         return Sample(_mean(gpu), _mean(cpu), used, total, disk, _mean(sm_activity))
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=1.0)
-        if self._device is not None:
-            self._device.close()
+        if self.gpu_reader is not None:
+            self.gpu_reader.close()
 
 
 def _mean(values: list[float]) -> float | None:

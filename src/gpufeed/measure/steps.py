@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class LoaderSplit:
-    """A DataLoader's time for `batches` batches by part, seconds summed over them (gpufeed.doctor.loader_split
+    """A DataLoader's time for `batches` batches by part, seconds summed over them (gpufeed.doctor.observe.loader_split
     defines each part and says where it is timed); None: that part was not measured for them, or does not apply
     (no hand-over without worker processes, no pinning without pin_memory)."""
 
@@ -50,9 +50,9 @@ class StepRecord:
     batch_size: int | None  # samples in the step's batch when it could be read
     float64_ops: int  # operations on float64 tensors seen in the step (0 when not traced)
     kernel_launches: int | None  # device kernels launched in the step, when counted (the doctor counts them in
-    # a profiled window after the watched steps instead: gpufeed.doctor.profile)
+    # a profiled window after the watched steps instead: gpufeed.doctor.observe.profile)
     loader_split: LoaderSplit | None = None  # the step's training batches' loader time by part (the doctor's
-    # DataLoader instrumentation, gpufeed.doctor.loader_split); None: none of its batches was timed inside
+    # DataLoader instrumentation, gpufeed.doctor.observe.loader_split); None: none of its batches was timed inside
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from collections.abc import Callable
 
 import torch
 
-from gpufeed.bench.tf32 import tf32_flags
 from gpufeed.hardware.catalog import find_gpu
 from gpufeed.hardware.na import NA, is_na
+from gpufeed.hardware.tf32 import tf32_flags
 from gpufeed.measure.quiet import without_kineto_noise
 from gpufeed.plan.compute import efficiency_of
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_memory

@@ -25,11 +25,11 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from gpufeed.bench.kernels import device_label
-from gpufeed.bench.tf32 import tf32_flags
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import GpuSpec
+from gpufeed.hardware.devices import device_label
 from gpufeed.hardware.na import is_na
+from gpufeed.hardware.tf32 import tf32_flags
 from gpufeed.measure.timing import time_call
 from gpufeed.plan.fake_model import meta_model
 from gpufeed.plan.roofline import DEFAULT_EFFICIENCY, Efficiency, StepTime, step_time

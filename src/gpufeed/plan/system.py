@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpufeed.bench.link import NARROW_THEORETICAL_GB_PER_S, pcie_theoretical_gb_per_s
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import GpuSpec
+from gpufeed.hardware.pcie import NARROW_THEORETICAL_GB_PER_S, pcie_theoretical_gb_per_s
 from gpufeed.plan.hosts import BoughtSystem, server_power
 
 GIB = 1 << 30

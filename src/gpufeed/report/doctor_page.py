@@ -11,7 +11,7 @@ import numpy
 from matplotlib.ticker import FuncFormatter
 
 from gpufeed.doctor.findings import MEANINGS
-from gpufeed.doctor.report import gain_headline
+from gpufeed.doctor.findings.report import gain_headline
 from gpufeed.report.doctor_ranks import ranks_section
 from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, percent, stacked_bars
 

@@ -127,7 +127,7 @@ def group_size(timeline: list[dict], limit: int = MAX_POINTS) -> int:
     return max(1, math.ceil(len(timeline) / limit))
 
 
-def _over_time(axes, timeline: list[dict], key: str, label: str, colour: str) -> bool:
+def plot_over_time(axes, timeline: list[dict], key: str, label: str, colour: str) -> bool:
     """One reading per log interval as a step line over the interval's seconds; False when never measured. Above
     MAX_POINTS intervals, each point is the time-weighted mean of a group of consecutive intervals."""
     values = [log.get(key) for log in timeline]
@@ -157,9 +157,10 @@ def _grouped_note(timeline: list[dict]) -> str:
 def _utilization(page: Page, timeline: list[dict]) -> None:
     page.heading("Utilization")
     figure, axes = new_figure(8.0, 2.8)
-    drawn = [_over_time(axes, timeline, "cpu_percent", "CPU, all host cores (psutil)", "#1f77b4"),
-             _over_time(axes, timeline, "gpu_utilization_percent", "GPU utilization (NVML)", PART_COLOURS["compute"]),
-             _over_time(axes, timeline, "sm_activity_percent", "SM activity (NVML GPM)", "#17becf")]
+    drawn = [plot_over_time(axes, timeline, "cpu_percent", "CPU, all host cores (psutil)", "#1f77b4"),
+             plot_over_time(axes, timeline, "gpu_utilization_percent", "GPU utilization (NVML)",
+                            PART_COLOURS["compute"]),
+             plot_over_time(axes, timeline, "sm_activity_percent", "SM activity (NVML GPM)", "#17becf")]
     if not any(drawn):
         page.paragraph("Neither CPU nor GPU utilization was sampled in this run.")
         return
@@ -179,8 +180,8 @@ def _progress(page: Page, timeline: list[dict]) -> None:
     page.heading("Throughput and loss")
     figure, grid = new_figure(8.0, 2.8, 1, 2)
     left, right = grid[0]
-    _over_time(left, timeline, "samples_per_s", "training throughput", "#1f77b4")
-    finite = _over_time(right, timeline, "loss", "training loss", "#d62728")
+    plot_over_time(left, timeline, "samples_per_s", "training throughput", "#1f77b4")
+    finite = plot_over_time(right, timeline, "loss", "training loss", "#d62728")
     if not finite:  # every interval's loss was NaN or infinite (the JSON writer makes them null)
         right.text(0.5, 0.5, "no finite loss in any interval", transform=right.transAxes, ha="center",
                    va="center", color="#777777")

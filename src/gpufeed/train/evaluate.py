@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpufeed.data.feed import Feed
+from gpufeed.data.feed.feed import Feed
 from gpufeed.train import distributed
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from gpufeed.data import builtin
-from gpufeed.data.format import read_header
-from gpufeed.data.reader import PackedDataset, dataset_from_arrays, open_packed
+from gpufeed.data.format.header import read_header
+from gpufeed.data.format.reader import PackedDataset, dataset_from_arrays, open_packed
+from gpufeed.data.pack import builtin
 from gpufeed.errors import ConfigError, FormatError
 
 DEFAULT_VALIDATION_FRACTION = 0.1
@@ -36,7 +36,7 @@ def cache_folder() -> Path:
 
 def open_builtin(split: str, count: int, seed: int = 0) -> PackedDataset:
     """The built-in split, packed once into the cache folder; made in memory if the cache cannot be written."""
-    from gpufeed.data.pack import pack_builtin  # the packer pulls in image decoding; only needed here
+    from gpufeed.data.pack.sources import pack_builtin  # the packer pulls in image decoding; only needed here
 
     path = cache_folder() / f"builtin-{split}-{count}-seed{seed}-v1.gpuf"
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from gpufeed.data.feed import Feed
+from gpufeed.data.feed.feed import Feed
 from gpufeed.errors import RunFailed
 from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.timing import DeviceBusyTimer, Stopwatch

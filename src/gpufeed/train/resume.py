@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufeed.data.order import batches_per_epoch
+from gpufeed.data.feed.order import batches_per_epoch
 from gpufeed.errors import ConfigError
 from gpufeed.train import distributed
 from gpufeed.train.checkpoint import find_latest

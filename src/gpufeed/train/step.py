@@ -1,4 +1,5 @@
-"""The training step: one implementation for every caller, and the tables of precisions and optimizers.
+"""The training step: one implementation for every caller, the precisions a training run takes and the optimizers
+(what each precision computes in is hardware/precisions.py's table).
 
 `gpufeed train`, its precision and batch-size probes (train/setup.py), bench's step timings (bench/steps.py),
 plan's memory trace on fake tensors (plan/memory.py), its FLOP count (plan/compute.py), `plan --check`
@@ -27,34 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpufeed.errors import ConfigError
+from gpufeed.hardware.precisions import PRECISION_SPECS, PrecisionSpec
 
-
-@dataclass(frozen=True)
-class PrecisionSpec:
-    """How a precision trains: the parameters' dtype, autocast's dtype (None: no autocast), the batch's dtype
-    as gpufeed's feed delivers it, whether TF32 tensor cores are on (the caller switches them: bench's
-    `tf32_flags`), and whether a gradient scaler is needed."""
-
-    parameter_dtype: torch.dtype
-    autocast_dtype: torch.dtype | None
-    input_dtype: torch.dtype
-    tensor_float32: bool = False
-    scaled: bool = False
-
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        """The dtype the matrix products run in."""
-        return self.autocast_dtype or self.parameter_dtype
-
-
-# bf16 batches under bf16 autocast halve the bytes the feed moves; fp16 keeps fp32 inputs (autocast casts them).
-PRECISIONS: dict[str, PrecisionSpec] = {
-    "fp64": PrecisionSpec(torch.float64, None, torch.float64),
-    "fp32": PrecisionSpec(torch.float32, None, torch.float32),
-    "tf32": PrecisionSpec(torch.float32, None, torch.float32, tensor_float32=True),
-    "bf16": PrecisionSpec(torch.float32, torch.bfloat16, torch.bfloat16),
-    "fp16": PrecisionSpec(torch.float32, torch.float16, torch.float32, scaled=True),
-}
 # What a whole training run can be asked for (tf32 is a mode of fp32 matrix products, measured by bench).
 TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
 OPTIMIZERS = ("adamw", "adam", "sgd")
@@ -64,18 +39,19 @@ SGD_MOMENTUM = 0.9
 
 @dataclass(frozen=True)
 class Precision:
-    """A precision chosen for a run: `name` (a key of PRECISIONS) and `reason` (why, for the config and summary)."""
+    """A precision chosen for a run: `name` (a key of PRECISION_SPECS, hardware/precisions.py) and `reason` (why, for
+    the config and summary)."""
 
     name: str
     reason: str
 
     def __post_init__(self):
-        if self.name not in PRECISIONS:
-            raise ConfigError(f"unknown precision {self.name!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.name not in PRECISION_SPECS:
+            raise ConfigError(f"unknown precision {self.name!r}; choose one of {', '.join(PRECISION_SPECS)}")
 
     @property
     def spec(self) -> PrecisionSpec:
-        return PRECISIONS[self.name]
+        return PRECISION_SPECS[self.name]
 
     @property
     def parameter_dtype(self) -> torch.dtype:

@@ -1,15 +1,23 @@
-"""The doctor's findings: one module per kind, named after it (docs/design.md, "The doctor's vocabulary").
+"""The doctor's findings: an Observation in, a Report out. One module per kind, named after it (docs/design.md,
+"The doctor's vocabulary"), and the modules they share. Reads doctor/observation.py, doctor/notes.py and frameworks/;
+never observe/ or trials/, and loads no torch (the report pages read it).
 
-Each module holds everything about its kind:
+Each kind's module holds its judgement:
 - `KIND`, its name, and `MEANING`, what it means in a line (the page's);
 - `detect(seen, notes) -> Finding | None`: the detection from an `Observation`, adding to `notes` what it could
   not judge; compute_bound, the healthy verdict, is judged last over the others: `detect(seen, notes, others)`;
-- `fix(...) -> (words, code)`: the remedy, from the numbers `detect` measured;
-- `experiments(finding, cuda) -> (experiments, reason)`: the changes `--try` makes to test the fix
-  (experiments.py's mechanisms), and why none or no more are tried.
+- `fix(...) -> (words, code)`: the remedy, from the numbers `detect` measured.
+The experiments `--try` runs to test a kind's fix are trials/plan.py's (a function per kind that has one).
 
 `FINDINGS` lists them in the vocabulary's order, which is also the order of detection and of ties for the primary
-kind; `KINDS` is their names. A new kind is a new module here and a line in `FINDINGS`.
+kind; `KINDS` (report.py) is their names, which a Finding's kind must be one of. A new kind is a new module here,
+a line in `FINDINGS` and its name in report.py's `KINDS`.
+
+Shared here:
+- report.py: Report, Verdict, Finding, Gain, SEVERITIES, KINDS, gain_headline; the JSON
+- grading.py: the shared thresholds, severity and confidence, the host-bound gate, new_finding
+- stalls.py: slow-step outliers and the beat they fall on (periodic_stall's detection)
+- diagnose.py: an Observation in, a Report out: the findings, the primary kind, the verdict, the throughputs
 """
 
 from __future__ import annotations
@@ -28,9 +36,10 @@ from gpufeed.doctor.findings import (
     straggler,
     sync_stall,
 )
+from gpufeed.doctor.findings.report import KINDS
 
 FINDINGS = (input_bound, cpu_saturated, host_to_device, launch_overhead, sync_stall, small_batch, precision,
             memory_pressure, periodic_stall, communication, straggler, compute_bound)
-KINDS = tuple(module.KIND for module in FINDINGS)
+assert tuple(module.KIND for module in FINDINGS) == KINDS, "FINDINGS and report.KINDS must list the same kinds"
 BY_KIND = {module.KIND: module for module in FINDINGS}
 MEANINGS = {module.KIND: module.MEANING for module in FINDINGS}

@@ -1,6 +1,6 @@
 """communication: the gradient all-reduce is not hidden behind the backward pass (distributed runs).
 
-Judged from the gathered ranks (`Ranks`, ranks.py; rank_timing.py times DDP's all-reduce). The communication a
+Judged from the gathered ranks (`Ranks`, ranks/context.py; ranks/timing.py times DDP's all-reduce). The communication a
 step pays is the all-reduce waited for after backward on the rank that waited least in that step: it arrived
 last, so its wait is the all-reduce itself, not a wait for another rank (that is straggler's); ranks take turns
 arriving last, so this is taken per step and averaged (`Ranks.floor_exposed_ms`). Found when it is at least
@@ -14,11 +14,11 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import confidence, new_finding, severity
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.experiments import Experiment
     from gpufeed.doctor.observation import Observation
 
 KIND = "communication"
@@ -76,15 +76,3 @@ def fix(exposed_ms: float, nbytes: float) -> tuple[str, str]:
                "        optimizer.step()\n"
                "        optimizer.zero_grad()")
     return fix, snippet
-
-
-
-def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
-    """The fixes that are DDP settings, run on every rank (`doctor --nproc-per-node N --try`): gradients as views
-    of the buckets, and the all-reduce in float16. A larger batch or no_sync() accumulation change the
-    optimisation: not tried."""
-    from gpufeed.doctor.experiments import ddp_experiment  # patches torch: loaded for --try only
-
-    return [ddp_experiment(KIND, "gradient_as_bucket_view", gradient_as_bucket_view=True),
-            ddp_experiment(KIND, "fp16_compress", fp16_compress=True)], (
-        "a larger per-rank batch and no_sync() accumulation: not tried, they change the optimisation")

@@ -6,7 +6,7 @@ too); on the CPU the data wait must be under INPUT_SHARE_MEDIUM. It is also the 
 high or medium. No --try experiment.
 
 The advice names only changes whose premise was seen in the step's arithmetic (`Observation.arithmetic`, the
-FLOPs FlopCounterMode counted in the last warm-up step, by operator and precision: flops.py):
+FLOPs FlopCounterMode counted in the last warm-up step, by operator and precision: observe/flops.py):
 - convolutions whose input was not channels_last: channels_last (the layout cuDNN's and oneDNN's fastest
   convolutions take);
 - matrix products or convolutions in fp32 (or tf32) on a device that computes bf16 natively (a GPU from Ampere
@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, no_experiment
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM, confidence, new_finding
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Notes
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.flops import StepArithmetic
-    from gpufeed.doctor.observation import Observation
+    from gpufeed.doctor.observation import Observation, StepArithmetic
 
 KIND = "compute_bound"
 MEANING = "healthy: the device is busy; the next gain is in the model or the kernels"
@@ -107,5 +107,3 @@ def fix(device_type: str, arithmetic: StepArithmetic | None = None) -> tuple[str
         f"The device is busy: the next gain is in the model or the kernels, or {faster}."
     return fix, "\n".join(code for _, code in found if code)
 
-
-experiments = no_experiment

@@ -4,7 +4,7 @@ Found when the background samples' mean CPU use is above CPU_BUSY_PERCENT and ei
 time (SageMaker Debugger's CPUBottleneck: below CPU_BOTTLENECK_DEVICE_BUSY; the share is the device's idle share)
 or, on the CPU, more threads want to run (torch's threads plus the loader's workers) than there are cores (the
 share is what each thread loses: 1 - cores / runnable). When the loader has workers, the fix names its site
-(`evidence.site`, with num_workers as set) in the framework's words (framework_words.py). No --try experiment.
+(`evidence.site`, with num_workers as set) in the framework's words (frameworks/words.py). No --try experiment.
 """
 
 from __future__ import annotations
@@ -12,10 +12,11 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor import framework_words as words
-from gpufeed.doctor.frameworks import PLAIN, Setup
-from gpufeed.doctor.grading import confidence, new_finding, no_experiment, severity
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.frameworks import words
+from gpufeed.doctor.frameworks.setup import PLAIN, Setup
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
@@ -85,5 +86,3 @@ def fix(cores: int | None, workers: int | None, threads: int | None, on_gpu: boo
         "worker_init_fn": "lambda _: torch.set_num_threads(1)"}
     return fix, snippet + words.loader_snippet(setup, {"num_workers": "workers", **one_thread})
 
-
-experiments = no_experiment

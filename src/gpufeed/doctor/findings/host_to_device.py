@@ -2,7 +2,7 @@
 
 Found on a GPU when the host's time in host-to-device copies is at least COPY_SHARE of the step, or most copied
 bytes come from pageable memory (PAGEABLE_FRACTION); a cheap pageable copy is graded low by its share.
-The fix names the loader's site (`evidence.site`) and the framework's switches (framework_words.py).
+The fix names the loader's site (`evidence.site`) and the framework's switches (frameworks/words.py).
 --try: pin_memory=True on every DataLoader (CUDA, when the loader does not pin already).
 """
 
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor import framework_words as words
-from gpufeed.doctor.frameworks import PLAIN, Setup
-from gpufeed.doctor.grading import confidence, new_finding, severity
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.frameworks import words
+from gpufeed.doctor.frameworks.setup import PLAIN, Setup
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.experiments import Experiment
     from gpufeed.doctor.observation import Observation
 
 KIND = "host_to_device"
@@ -51,12 +51,3 @@ def fix(setup: Setup = PLAIN) -> tuple[str, str]:
            "bytes than float32); keep a dataset that fits on the device there (gpufeed.Feed does this with "
            "resident=\"auto\").")
     return fix, snippet
-
-
-def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
-    from gpufeed.doctor.experiments import loader_experiment  # patches torch: loaded for --try only
-
-    if cuda and finding.evidence.get("pin_memory") is not True:
-        path = words.experiment_path(finding.evidence.get("framework") or "torch", {"pin_memory": "True"})
-        return [loader_experiment(KIND, "pin_memory", pin_memory=True, path=path)], None
-    return [], "not tried: the loader already pins memory, or the device is not CUDA"

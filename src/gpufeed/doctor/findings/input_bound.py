@@ -5,7 +5,7 @@ StopIteration) is at least INPUT_SHARE_MEDIUM of the step. The fix suggests min(
 workers; when the loader has that many already, a cheaper sample (gpufeed pack and Feed); when most of the wait is
 its workers starting and stopping (RESTART_SHARE), persistent_workers. The fix names the user's line where the
 loader's settings are given (`evidence.site`, with their current values) in the framework's words
-(framework_words.py: TrainingArguments' dataloader_num_workers for the Hugging Face Trainer, say).
+(frameworks/words.py: TrainingArguments' dataloader_num_workers for the Hugging Face Trainer, say).
 
 Inside the loader (doctor/loader_split.py times the parts): the evidence gives each batch's __getitem__,
 collate, hand-over and pinning, and the part that costs the loop most (`dominant_part`; __getitem__ and collate
@@ -22,16 +22,15 @@ or does not pin.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor import framework_words as words
-from gpufeed.doctor.frameworks import PLAIN, Setup
-from gpufeed.doctor.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, severity
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, severity
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.frameworks import words
+from gpufeed.doctor.frameworks.setup import PLAIN, Setup
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.experiments import Experiment
     from gpufeed.doctor.observation import Observation
 
 KIND = "input_bound"
@@ -110,7 +109,7 @@ def fix(workers: int | None, on_gpu: bool, current: int | None = None,
     share of the wait spent starting or stopping the workers, when that is most of it. `inside`: the evidence
     from inside the loader (`loader_parts`): a dominant collate, hand-over or pinning gets its own fix; a
     dominant __getitem__ the fix below, with its numbers first. `setup`: the framework and the loader's site, for
-    the fix's words (framework_words.py)."""
+    the fix's words (frameworks/words.py)."""
     device = "cuda" if on_gpu else "cpu"
     if restart_share is not None:
         fix = (f"The step waits for its next batch, and {restart_share:.0%} of that wait is the DataLoader starting "
@@ -199,36 +198,3 @@ def _part_fix(part: str, inside: dict, workers: int | None, current: int | None,
                "# in the loop: convert on the device\n"
                "images = images.to(device, non_blocking=True).float().div_(255)")
     return text, snippet
-
-
-def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
-    """The replay (the bound if input were free), and the experiment of the fix `fix` recommends: the workers
-    kept alive when restarts are most of the wait; else the suggested workers (and pinned memory on CUDA) while
-    the loader has fewer or does not pin. A cheaper sample (gpufeed pack and Feed) has no experiment: the
-    reason says so, and the finding's measured gain is then None with the bound beside it."""
-    # the changes patch torch: imported when --try plans them, so that drawing a page does not load torch
-    from gpufeed.doctor.experiments import REPLAY_BATCHES, Experiment, loader_experiment, replay, replayed
-
-    evidence = finding.evidence
-    found = [Experiment(KIND, "replay", f"replayed the first {REPLAY_BATCHES} batches from memory instead of the "
-                        "DataLoader (the bound if input were free)", replay, min_warmup=REPLAY_BATCHES,
-                        check=replayed, role="bound")]
-    workers = evidence.get("suggested_workers") or min(os.cpu_count() or 1, MAX_SUGGESTED_WORKERS)
-    current = evidence.get("loader_workers")
-    restarts = evidence.get("restart_share_of_wait") or 0.0
-    framework = evidence.get("framework") or "torch"
-    if current and restarts >= RESTART_SHARE:
-        path = words.experiment_path(framework, {"num_workers": str(current), "persistent_workers": "True"})
-        found.append(loader_experiment(KIND, "persistent_workers", workers=current, path=path))
-        return found, None
-    more = current is None or current < workers
-    pin = cuda and evidence.get("pin_memory") is not True
-    if more or pin:
-        changes = {**({"num_workers": str(workers), "persistent_workers": "True"} if more else {}),
-                   **({"pin_memory": "True"} if pin else {})}
-        found.append(loader_experiment(KIND, "workers", workers=workers if more else None, pin_memory=pin,
-                                       path=words.experiment_path(framework, changes)))
-        return found, None
-    return found, (f"the fix recommended (a cheaper sample: gpufeed pack and gpufeed.Feed) has no experiment: "
-                   f"the loader already has {current} workers (suggested {workers}), so only the bound if input "
-                   f"were free is measured")

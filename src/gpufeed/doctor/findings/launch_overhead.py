@@ -1,11 +1,11 @@
 """launch_overhead: the host cannot keep up with the work it hands out, one small operator at a time.
 
-It reads the profiled window (`Observation.profile`, made by profile.py after the watched steps) and, for the
+It reads the profiled window (`Observation.profile`, made by observe/profile.py after the watched steps) and, for the
 first way, the step's arithmetic (`Observation.arithmetic`: FLOPs counted by FlopCounterMode in the last warm-up
-step, flops.py):
+step, observe/flops.py):
 - On any device, an overhead-bound step: it does almost no arithmetic for its time, and its time per operator is
   dispatch-sized. The step's FLOPs over the watched step time less the data wait (achieved FLOP/s) are under
-  ARITHMETIC_FRACTION_OF_PEAK of the device's dense peak in the precision of most FLOPs (bench/peak.py), and
+  ARITHMETIC_FRACTION_OF_PEAK of the device's dense peak in the precision of most FLOPs (hardware/peak.py), and
   that time over the profiled operators per step is at most OVERHEAD_US_PER_OPERATOR; on CUDA the device is also
   busy less than DEVICE_BUSY_ENOUGH (a busy device is not waiting on the host). The share is the step time less
   data waits, copies, syncs and the FLOPs' time at the peak rate: an upper bound of the overhead, since small
@@ -30,21 +30,20 @@ import dataclasses
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import (
+from gpufeed.doctor.findings.grading import (
     LOW_DEVICE_BUSY,
     confidence,
     host_bound_gate,
     new_finding,
-    no_experiment,
     severity,
     unexplained_idle,
 )
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Notes
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.flops import StepArithmetic
-    from gpufeed.doctor.observation import Observation, ProfileWindow
+    from gpufeed.doctor.observation import Observation, ProfileWindow, StepArithmetic
 
 KIND = "launch_overhead"
 MEANING = "the step's time goes to launching many small operators, not to arithmetic"
@@ -189,7 +188,7 @@ def _by_the_profile(seen: Observation, notes: Notes) -> Finding | None:
 def detect(seen: Observation, notes: Notes) -> Finding | None:
     """The largest-share finding of the ways that fire (the module docstring), with the others' evidence."""
     found = [_by_the_profile(seen, notes)]
-    if seen.arithmetic is not None and seen.profile is not None:  # their absence is noted by flops.py, profile.py
+    if seen.arithmetic is not None and seen.profile is not None:  # else observe/ noted why
         found.append(_overhead_bound(seen, seen.arithmetic, seen.profile.operators_per_step))
     found = sorted((f for f in found if f is not None), key=lambda f: -f.share)
     if not found:
@@ -243,5 +242,3 @@ def overhead_fix(device_type: str, batch_size: int | None, operators: float, evi
         snippet += "\nmodel = torch.compile(model)  # fused operators, no Python between them"
     return fix, snippet
 
-
-experiments = no_experiment

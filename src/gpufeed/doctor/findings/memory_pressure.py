@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import new_finding, no_experiment
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import new_finding
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
@@ -77,5 +78,3 @@ def fix(device: bool = True, host: bool = False) -> tuple[str, str]:
                                                 "feed = gpufeed.Feed(\"data/train.gpuf\", batch_size=batch_size)")
     return fix, snippet
 
-
-experiments = no_experiment

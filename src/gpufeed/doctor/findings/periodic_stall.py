@@ -11,9 +11,10 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import confidence, new_finding, no_experiment, severity
-from gpufeed.doctor.report import Finding, Notes
-from gpufeed.doctor.stalls import slow_outliers, stall_period
+from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.findings.stalls import slow_outliers, stall_period
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
@@ -60,5 +61,3 @@ def fix(period: int) -> tuple[str, str]:
                f"    threading.Thread(target=torch.save, args=(state, \"checkpoint.pt\")).start()")
     return fix, snippet
 
-
-experiments = no_experiment

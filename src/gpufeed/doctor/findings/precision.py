@@ -3,7 +3,7 @@
 Found (high) when a float64 model input or parameter was seen or float64 operations were counted: the share is
 the step time the dtype governs (wall less data wait, copies and syncs), a bound on what float32 can save; and
 (medium) on a GPU when no outermost forward ran under torch.autocast: the share is the device's busy share.
-The bf16 fix is the framework's switch (framework_words.py: TrainingArguments(bf16=True), Lightning's
+The bf16 fix is the framework's switch (frameworks/words.py: TrainingArguments(bf16=True), Lightning's
 precision="bf16-mixed", Accelerator(mixed_precision="bf16")).
 --try (CUDA, float32 only): the outermost forward under bf16 autocast; float64 needs the script edited.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor import framework_words as words
-from gpufeed.doctor.frameworks import PLAIN, Setup
-from gpufeed.doctor.grading import confidence, new_finding
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import confidence, new_finding
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.frameworks import words
+from gpufeed.doctor.frameworks.setup import PLAIN, Setup
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.experiments import Experiment
     from gpufeed.doctor.observation import Observation
 
 KIND = "precision"
@@ -64,15 +64,3 @@ def fix(float64: bool, device_type: str, setup: Setup = PLAIN) -> tuple[str, str
     fix = ("The model trains in float32 without autocast. bf16 autocast runs matrix products on tensor cores "
            f"at several times the float32 rate and halves activation memory (Ampere or newer): {switch}.")
     return fix, snippet
-
-
-def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
-    if "autocast_seen" not in finding.evidence:
-        return [], "not tried: float64 to float32 needs the model and its data cast in the script"
-    if not cuda:
-        return [], "bf16 autocast: not tried, the device is the CPU"
-    from gpufeed.doctor.experiments import Experiment, autocast_forward  # patches torch: loaded for --try only
-
-    stand_in = words.autocast_path(finding.evidence.get("framework") or "torch")
-    return [Experiment(KIND, "bf16_autocast", "the outermost forward under torch.autocast('cuda', "
-                       f"dtype=torch.bfloat16){stand_in}", lambda changes: autocast_forward(changes, "cuda"))], None

@@ -18,11 +18,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import LOW_DEVICE_BUSY, confidence, host_bound_gate, new_finding, severity, unexplained_idle
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import (
+    LOW_DEVICE_BUSY,
+    confidence,
+    host_bound_gate,
+    new_finding,
+    severity,
+    unexplained_idle,
+)
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.experiments import Experiment
     from gpufeed.doctor.observation import Observation
 
 KIND = "small_batch"
@@ -114,9 +121,3 @@ def fix(batch_size: int | None, sm_activity_percent: float | None = None,
                f"for group in optimizer.param_groups:\n"
                f"    group[\"lr\"] = base_lr * {larger} / {batch_size}  # linear scaling; warm up if it diverges")
     return fix, snippet
-
-
-def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
-    from gpufeed.doctor.experiments import loader_experiment  # patches torch: loaded for --try only
-
-    return [loader_experiment(KIND, "double_batch", batch_factor=2)], None

@@ -1,16 +1,15 @@
 """straggler: one rank is slower than the rest, and every other rank waits for it at each all-reduce.
 
-Judged from the gathered ranks (`Ranks.per_rank`, ranks.py). A rank's own work per step is its step time less the
-all-reduce it waited for after backward (`exposed_ms`: on the ranks that wait for another, that wait is there),
-that is its data wait plus its compute. The straggler is the rank with the most own work, found when that is
-STRAGGLER_EXCESS or more above the median rank's, at least MIN_EXCESS_MS more, and it is the slowest in
+Judged from the gathered ranks (`Ranks.per_rank`, ranks/context.py). A rank's own work per step is its step time
+less the all-reduce it waited for after backward (`exposed_ms`: on the ranks that wait for another, that wait is
+there), that is its data wait plus its compute. The straggler is the rank with the most own work, found when that
+is STRAGGLER_EXCESS or more above the median rank's, at least MIN_EXCESS_MS more, and it is the slowest in
 STRAGGLER_CONSISTENCY of the steps all ranks watched (`slowest_share`; ranks sharing busy cores take turns). Its
 cost to the others is the median of their exposed waits less its own, per step; the share is that cost over the
-median rank's step.
-`evidence.cause` says where its extra time is: "input" when its data wait exceeds the others' (median) by more
-than its compute does, else "compute" (a slower backward shows here too: the others wait for its gradients), and
-then `compute_part` which of forward, backward (with the loss and zero_grad) and optimizer holds most of it.
-A balanced run gets no finding and a note with the ranks' spread. No --try experiment.
+median rank's step. `evidence.cause` says where its extra time is: "input" when its data wait exceeds the others'
+(median) by more than its compute does, else "compute" (a slower backward shows here too: the others wait for its
+gradients), and then `compute_part` which of forward, backward (with the loss and zero_grad) and optimizer holds
+most of it. A balanced run gets no finding and a note with the ranks' spread. No --try experiment.
 """
 
 from __future__ import annotations
@@ -18,8 +17,9 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import confidence, new_finding, no_experiment, severity
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation, RankSummary
@@ -102,5 +102,3 @@ def fix(rank: int, cause: str, data_excess_ms: float, compute_excess_ms: float, 
                f"top -H   # other processes on its cores")
     return fix, snippet
 
-
-experiments = no_experiment

@@ -3,7 +3,7 @@
 
 Found when the host's time in those waits is at least INPUT_SHARE_MEDIUM of the step, or on a GPU when every step
 waits at least once. A wait on a busy device costs only the bubble it leaves, so the share is at most the
-device's idle share. --try (CUDA): "async_item" (async_item.py), each `.item()` served one step stale without the
+device's idle share. --try (CUDA): "async_item" (trials/async_item.py), each `.item()` served one step stale without the
 wait.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, severity
-from gpufeed.doctor.report import Finding, Notes
+from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, severity
+from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
-    from gpufeed.doctor.experiments import Experiment
     from gpufeed.doctor.observation import Observation
 
 KIND = "sync_stall"
@@ -67,11 +67,3 @@ def fix(device_type: str) -> tuple[str, str]:
                 "    host_loss.copy_(loss.detach(), non_blocking=True)  # starts the copy, does not wait\n"
                 "    landed.record()")
     return fix, snippet
-
-
-def experiments(finding: Finding, cuda: bool) -> tuple[list[Experiment], str | None]:
-    if not cuda:
-        return [], "not tried: on the CPU, .item() waits for no device, so there is no wait to defer"
-    from gpufeed.doctor.async_item import ASYNC_ITEM  # patches torch: loaded for --try only
-
-    return [ASYNC_ITEM], None

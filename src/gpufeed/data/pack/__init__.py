@@ -1,0 +1,12 @@
+"""Writing `.gpuf` packed datasets (the format is in data/format/). `pack()` is in sources.py.
+
+- sources.py: `pack()`, which picks the writer from the source, and the writers from arrays, `.npz` files and the
+  built-in dataset
+- folder.py: `pack_folder()`, a folder of images with one subfolder per class
+- images.py: listing a folder's image files, and decoding each in worker processes with the policies applied
+- encode.py: storing one image for a version-2 pack: scaled to `max_side`, raw or JPEG, or passed through
+- writer.py: `StreamedFile`, the atomic streamed file both writers use, and `PackWriter` (version 1)
+- table_writer.py: `TableWriter` (version 2): samples of any size, raw or JPEG, with their table
+- result.py: `PackResult`, `SkippedFile` and the destination check every writer makes
+- builtin.py: the built-in dataset of shapes and textures, each sample a function of (seed, split, index)
+"""

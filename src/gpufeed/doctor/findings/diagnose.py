@@ -1,0 +1,91 @@
+"""An `Observation` in, a `Report` out: every finding module's detection in the vocabulary's order
+(findings/), compute_bound over the rest, the findings sorted, the primary kind, the verdict and the throughputs.
+
+Throughputs in the report (None when the batch size is unknown):
+- model_samples_per_s = samples / (sum(wall_s) - sum(data_wait_s)): what the model consumes fed instantly.
+- loader_samples_per_s: only when the steps wait for input (data-wait share >= INPUT_SHARE_MEDIUM), the loader
+  paces training: with no loader workers the loader runs inside the wait, so samples / sum(data_wait_s);
+  otherwise samples / sum(wall_s), the rate it delivered (exact for background workers, a lower bound when the
+  worker count is unknown). Otherwise None: a loader that keeps up shows only that it is at least as fast as the
+  model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gpufeed.doctor.findings import FINDINGS, KINDS, compute_bound
+from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM
+from gpufeed.doctor.findings.report import Finding, Report, Verdict
+from gpufeed.doctor.notes import Notes
+from gpufeed.doctor.observation import Observation
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+
+
+def primary_kind(findings: list[Finding]) -> str:
+    """The kind with the largest share among high and medium findings (ties: earlier in KINDS), else
+    compute_bound."""
+    serious = [f for f in findings if f.severity in ("high", "medium")]
+    if not serious:
+        return compute_bound.KIND
+    return max(serious, key=lambda f: (f.share, -KINDS.index(f.kind))).kind
+
+
+def throughputs(seen: Observation) -> tuple[float | None, float | None]:
+    """(loader_samples_per_s, model_samples_per_s), by the formulas in the module docstring."""
+    totals = seen.totals
+    model = loader = None
+    feeding_s = totals.wall_s - totals.data_wait_s
+    if totals.samples and feeding_s > 0:
+        model = totals.samples / feeding_s
+    if totals.samples and totals.share(totals.data_wait_s) >= INPUT_SHARE_MEDIUM:
+        loader = totals.samples / (totals.data_wait_s if seen.loader.workers == 0 else totals.wall_s)
+    return loader, model
+
+
+def _opening_notes(seen: Observation) -> Notes:
+    """The observation's notes, and what the whole diagnosis lacks."""
+    notes = Notes(seen.notes)
+    if seen.device is None:
+        notes.unmeasured("device: not given; taken as a GPU only if the steps carry CUDA-event timing")
+    if seen.on_gpu and seen.busy() is None:
+        notes.unmeasured("device busy: neither CUDA-event timing nor NVML utilization was read")
+    if seen.batch_size is None:
+        notes.unmeasured("batch size: not read, so samples per second and small_batch are not computed")
+    return notes
+
+
+def diagnose(seen: Observation) -> Report:
+    """Findings for the watched steps, the verdict, and the notes. Raises ValueError with no steps (the caller
+    reports "no training step seen": `empty_report`) or steps without wall time."""
+    if not seen.steps:
+        raise ValueError("no training step was recorded: the doctor needs at least one watched step")
+    if seen.totals.wall_s <= 0:
+        raise ValueError(f"the {len(seen.steps)} recorded steps have no wall time; shares cannot be computed")
+    notes = _opening_notes(seen)
+    findings = [found for module in FINDINGS if module is not compute_bound
+                and (found := module.detect(seen, notes)) is not None]
+    healthy = compute_bound.detect(seen, notes, findings)
+    if healthy is not None:
+        findings.append(healthy)
+    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], -f.share))
+    totals = seen.totals
+    verdict = Verdict(primary_kind(findings), seen.device_busy(), totals.share(totals.data_wait_s), totals.steps,
+                      seen.device or "unknown", seen.ranks.world_size)
+    loader, model = throughputs(seen)
+    return Report(verdict, findings, notes.items, loader, model, seen.script_error, _timeline(seen),
+                  [dataclasses.asdict(summary) for summary in seen.ranks.per_rank])
+
+
+def empty_report(seen: Observation) -> Report:
+    """The report of a run in which no step was watched: no verdict kind, no findings, the notes saying why."""
+    verdict = Verdict(None, None, None, 0, seen.device or "unknown", seen.ranks.world_size)
+    return Report(verdict, [], list(seen.notes), None, None, seen.script_error, _timeline(seen),
+                  [dataclasses.asdict(summary) for summary in seen.ranks.per_rank])
+
+
+def _timeline(seen: Observation) -> dict:
+    return {"steps": [dataclasses.asdict(record) for record in seen.steps],
+            "samples": [dataclasses.asdict(sample) for sample in seen.samples],
+            "profile": [dataclasses.asdict(step) for step in seen.profile.steps] if seen.profile else []}

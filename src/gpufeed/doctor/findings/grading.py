@@ -1,0 +1,84 @@
+"""How the finding modules (findings/<kind>.py) grade what they find and build a `Finding`: the shares' shared
+thresholds, severity from a share, confidence from a count of supporting steps (and, after `--try`, from the
+spread of the measured gain's pairs), and the host-bound gate that launch_overhead and small_batch both pass
+through.
+
+A share is a fraction of the total wall time of the watched steps (`Totals.share`). Thresholds are named
+constants with their source; "gpufeed's choice" marks those no published tool fixes, with the reason.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from gpufeed.doctor.findings.report import Finding
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.observation import Observation
+
+# TensorFlow profiler, input-pipeline analysis (op_stats_to_input_pipeline_analysis.cc): input share >= 5% is
+# "moderately", >= 20% "highly" input-bound. torch-tb-profiler (RunProfile.analyze) also warns above 5% DataLoader
+# time. We grade every share that has no threshold of its own with these two.
+INPUT_SHARE_MEDIUM = 0.05
+INPUT_SHARE_HIGH = 0.20
+# torch-tb-profiler (_analyze_gpu_metrics): "low utilization ... increase batch size" below 50% GPU utilization.
+LOW_DEVICE_BUSY = 0.50
+# gpufeed's choice: confidence from the number of steps (or samples) that show the symptom.
+CONFIDENT_STEPS, SOME_STEPS = 20, 5
+CONFIDENCES = ("low", "medium", "high")
+# gpufeed's choice: a --try gain is trusted as far as its pairs agree. Runs of one script in one process differ by
+# several percent (trials/runs.py), so a spread within 10% of the median is "high", within 25% "medium".
+SPREAD_HIGH, SPREAD_MEDIUM = 0.10, 0.25
+
+
+def severity(share: float, medium_at: float = INPUT_SHARE_MEDIUM, high_at: float = INPUT_SHARE_HIGH) -> str:
+    share = round(share, 12)  # 1.0 - 0.8 is 0.19999999999999996: compare the share a person would compute
+    return "high" if share >= high_at else "medium" if share >= medium_at else "low"
+
+
+def confidence(supporting: int, high_at: int = CONFIDENT_STEPS, medium_at: int = SOME_STEPS) -> str:
+    return "high" if supporting >= high_at else "medium" if supporting >= medium_at else "low"
+
+
+def spread_confidence(ratios: list[float]) -> str:
+    """How far a measured gain can be trusted from its pairs' ratios: "low" for one pair (no spread to judge) or
+    pairs that disagree on whether the change helped (some below 1, some above); else by the spread
+    (max - min) / median against SPREAD_HIGH and SPREAD_MEDIUM. A 1.00-1.45x range about 1.2 is "low"."""
+    if len(ratios) < 2:
+        return "low"
+    low, high = min(ratios), max(ratios)
+    if low < 1.0 < high:
+        return "low"
+    spread = round((high - low) / statistics.median(ratios), 12)  # 2.1 - 1.9 is 0.20000000000000018
+    return "high" if spread <= SPREAD_HIGH else "medium" if spread <= SPREAD_MEDIUM else "low"
+
+
+def lower_confidence(first: str, second: str) -> str:
+    """The less trusting of two confidences."""
+    return min(first, second, key=CONFIDENCES.index)
+
+
+def new_finding(kind: str, grade: str, share: float, evidence: dict, remedy: tuple[str, str],
+                trust: str) -> Finding:
+    """A finding not yet tried (`gain` None); `remedy` is the module's (fix, snippet)."""
+    return Finding(kind, grade, share, evidence, remedy[0], remedy[1], None, trust)
+
+
+def unexplained_idle(seen: Observation, busy: float) -> float:
+    """The device's idle share that input waits, copies and syncs do not account for."""
+    totals = seen.totals
+    return max(0.0, 1.0 - busy - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s))
+
+
+def host_bound_gate(seen: Observation) -> float | None:
+    """Device busy (`device_busy()`) when it is below LOW_DEVICE_BUSY and neither input waits nor syncs explain
+    it; else None."""
+    totals = seen.totals
+    busy = seen.device_busy()
+    if not seen.on_gpu or busy is None or busy >= LOW_DEVICE_BUSY:
+        return None
+    if totals.share(totals.data_wait_s) >= INPUT_SHARE_MEDIUM or totals.share(totals.sync_s) >= INPUT_SHARE_MEDIUM:
+        return None
+    return busy
+

@@ -1,0 +1,139 @@
+"""The doctor's report, in the shape docs/design.md documents: a verdict, findings with evidence and fixes, and
+typed notes (about the run, or what could not be measured). `to_json` gives exactly the documented JSON.
+
+The kinds a finding may have are the vocabulary (`KINDS`, docs/design.md's "The doctor's vocabulary"), in its
+order: one module per kind in findings/, whose `FINDINGS` lists them in the same order. The notes are doctor/notes.py's.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+
+from gpufeed.doctor.notes import Note
+
+SEVERITIES = ("high", "medium", "low", "info")
+# the vocabulary, in its order (detection, ties for the primary kind); findings/__init__.py's FINDINGS holds a
+# module of each, in the same order
+KINDS = ("input_bound", "cpu_saturated", "host_to_device", "launch_overhead", "sync_stall", "small_batch",
+         "precision", "memory_pressure", "periodic_stall", "communication", "straggler", "compute_bound")
+
+
+@dataclass(frozen=True)
+class Gain:
+    """What `--try` measured for one finding, as speed-up factors (samples/s with the change ÷ without).
+
+    `measured` is the gain of the change the finding recommends (`change`, in words), the median of its pairs,
+    with their range (`low`, `high`) and count; None when that fix has no experiment or its experiment failed
+    (a note says which). `bound` is an upper bound that is not a change to make: for input_bound, the replay of
+    batches from memory ("if input were free"); None when there is none. `how` is every trial's text."""
+
+    measured: float | None
+    how: str
+    change: str | None = None
+    low: float | None = None
+    high: float | None = None
+    pairs: int = 0
+    bound: float | None = None
+
+    def to_json(self) -> dict:
+        return {"measured": self.measured, "change": self.change,
+                "range": None if self.low is None else [self.low, self.high], "pairs": self.pairs,
+                "bound": self.bound, "how": self.how}
+
+
+def gain_headline(gain: dict) -> str:
+    """A finding's JSON `gain` in a line, the recommended fix first: "DataLoader(num_workers=2, ...): 2.07x
+    (2.05–2.07 over 3 pairs); if input were free (the bound, not a fix): 82.46x". A fix not measured says so."""
+    measured, spread, pairs = gain.get("measured"), gain.get("range"), gain.get("pairs") or 0
+    if measured is None:
+        parts = ["the recommended fix was not measured (why: under \"not measured\")"]
+    else:
+        detail = (f" ({spread[0]:.2f}–{spread[1]:.2f} over {pairs} pairs)" if spread and pairs > 1
+                  else " (1 pair)" if pairs == 1 else "")
+        if spread and spread[0] <= 1.0 <= spread[1]:
+            detail += ", not told apart from no change"
+        elif spread and spread[1] < 1.0:
+            detail += ", slower"
+        parts = [f"{gain.get('change') or 'the change'}: {measured:.2f}x{detail}"]
+    if gain.get("bound") is not None:
+        parts.append(f"if input were free (the bound, not a fix): {gain['bound']:.2f}x")
+    return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # one of KINDS
+    severity: str  # one of SEVERITIES
+    share: float  # fraction of step time this finding accounts for
+    evidence: dict  # the numbers behind it
+    fix: str  # in words
+    snippet: str  # as code
+    gain: Gain | None
+    confidence: str  # "high" | "medium" | "low"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    primary: str | None  # one of KINDS; None when no step was watched
+    device_busy: float | None  # fraction of wall time the device computed; None when not measurable
+    data_wait: float | None  # fraction of wall time spent waiting for batches; None when no step was watched
+    steps: int
+    device: str
+    world_size: int = 1  # ranks of the run (the watched steps and findings above them are rank 0's)
+
+
+@dataclass(frozen=True)
+class Report:
+    verdict: Verdict
+    findings: list[Finding]
+    notes: list[Note] = field(default_factory=list)
+    loader_samples_per_s: float | None = None  # what the input pipeline can supply
+    model_samples_per_s: float | None = None  # what the model consumes when fed instantly
+    script_error: str | None = None  # the script's exception, one line, when it raised
+    # what the report was made from, for the page's timeline (an addition to verdict, findings, unmeasured):
+    # {"steps": [StepRecord fields...], "samples": [HostSample fields...], "profile": [one dict per profiled step]}
+    timeline: dict = field(default_factory=lambda: {"steps": [], "samples": []})
+    # with several ranks: one RankSummary per gathered rank (doctor/observation.py), as dicts, by rank
+    ranks: list[dict] = field(default_factory=list)
+
+    @property
+    def unmeasured(self) -> list[str]:
+        """Every note's text, in order: the JSON's `unmeasured` list."""
+        return [note.text for note in self.notes]
+
+    @classmethod
+    def from_json(cls, document: dict) -> Report:
+        """The report a `to_json` document holds (a saved one's extra keys, such as `about`, are left out); the
+        findings' gains are read back as measured, change, range, pairs, bound and how."""
+        def gain(value: dict | None) -> Gain | None:
+            if not value:
+                return None
+            low, high = value.get("range") or (None, None)
+            return Gain(value.get("measured"), value.get("how", ""), value.get("change"), low, high,
+                        value.get("pairs") or 0, value.get("bound"))
+
+        fields = {field.name for field in dataclasses.fields(Verdict)}
+        run = set(document.get("notes") or [])
+        return cls(Verdict(**{key: value for key, value in document["verdict"].items() if key in fields}),
+                   [Finding(**dict(finding, gain=gain(finding.get("gain")))) for finding in document["findings"]],
+                   [Note("run" if text in run else "unmeasured", text) for text in document.get("unmeasured", [])],
+                   document.get("loader_samples_per_s"), document.get("model_samples_per_s"),
+                   document.get("script_error"), copy.deepcopy(document.get("timeline") or {}),
+                   copy.deepcopy(document.get("ranks") or []))
+
+    def to_json(self) -> dict:
+        findings = [dict(dataclasses.asdict(finding), gain=finding.gain and finding.gain.to_json())
+                    for finding in self.findings]
+        return {"verdict": dataclasses.asdict(self.verdict), "findings": findings, "unmeasured": self.unmeasured,
+                "notes": [note.text for note in self.notes if note.kind == "run"],
+                "loader_samples_per_s": self.loader_samples_per_s, "model_samples_per_s": self.model_samples_per_s,
+                "script_error": self.script_error, "timeline": copy.deepcopy(self.timeline),
+                "ranks": copy.deepcopy(self.ranks)}

@@ -1,0 +1,160 @@
+"""The doctor's fixes in the words of the framework the script uses (setup.py finds it): the loader's settings
+where the user sets them (a DataLoader's arguments, or TrainingArguments' dataloader_* for the Hugging Face
+Trainer), in the code of that framework (Lightning's train_dataloader(), the loader before accelerator.prepare),
+and its switches for mixed precision and non-blocking copies. The finding modules call these from their one fix
+function; nothing here loads torch.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gpufeed.doctor.frameworks.setup import NAMES, TRAINING_ARGUMENTS_KNOBS, Setup
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.notes import Notes
+
+KNOBS = {"TrainingArguments": TRAINING_ARGUMENTS_KNOBS}  # by where the settings are given; else generic names
+
+
+def explain(setup: Setup, notes: Notes, site: bool = True) -> None:
+    """The notes of a finding in the framework's words: the framework found and how, or one imported but not tied
+    to the loop; with `site` (a finding that names the loader's line), a site not known and why."""
+    if setup.framework != "torch":
+        notes.run(f"framework: {NAMES[setup.framework]} ({setup.how}); the fixes name its settings")
+    elif setup.imported:
+        names = ", ".join(NAMES[name] for name in setup.imported)
+        notes.run(f"framework: {names} imported, but the training loader was neither built nor read by it; the "
+                  f"fixes are in plain PyTorch's words")
+    if not site:
+        return
+    if setup.site is None:
+        notes.unmeasured("loader site: not known (the training loader was not built while the doctor watched, or "
+                         "is not a torch DataLoader)")
+    elif setup.note:
+        notes.run(f"loader site: {setup.note}")
+
+
+def knob(setup: Setup, name: str) -> str:
+    """A loader setting's name where the user sets it: `num_workers`, or TrainingArguments' dataloader_num_workers."""
+    return KNOBS.get(setup.settings_in, {}).get(name, name)
+
+
+def loader_evidence(setup: Setup, names: tuple[str, ...], notes: Notes) -> dict:
+    """The evidence a finding about the loader adds: `site` ("train.py:42"), `framework`, and `settings`, the
+    current values of the settings it advises changing, in the framework's names."""
+    explain(setup, notes)
+    settings = {knob(setup, name): getattr(setup.knobs, name) for name in names} if setup.knobs else None
+    return {"site": setup.site, "framework": setup.framework, "settings": settings}
+
+
+def loader_noun(setup: Setup) -> str:
+    return "the Trainer's DataLoader" if setup.settings_in == "TrainingArguments" else "the DataLoader"
+
+
+def _arguments(setup: Setup, changes: dict[str, str]) -> list[str]:
+    return [f"{knob(setup, name)}={value}" for name, value in changes.items()]
+
+
+def set_loader(setup: Setup, changes: dict[str, str]) -> str:
+    """The change in words, at the user's line: "set num_workers=4, persistent_workers=True in the DataLoader(...)
+    at train.py:42", "set dataloader_num_workers=4 in TrainingArguments(...) at train.py:30"."""
+    trainer = setup.settings_in == "TrainingArguments"
+    noun = "TrainingArguments" if trainer else "the DataLoader"
+    if setup.site is None:
+        where = noun if trainer else noun + {"lightning": " that train_dataloader() returns",
+                                             "accelerate": " passed to accelerator.prepare"}.get(setup.framework, "")
+    elif setup.site_is and setup.site_is.endswith("(...)"):  # the settings' own line
+        where = f"{'' if trainer else 'the '}{setup.site_is} at {setup.site}"
+    else:
+        where = f"{noun} (the loader is built by {setup.site_is} at {setup.site})"
+    if setup.site is not None and setup.framework == "accelerate":
+        where += ", before accelerator.prepare"
+    return f"set {', '.join(_arguments(setup, changes))} in {where}"
+
+
+def _wrapped(start: str, arguments: list[str], close: str = ")", width: int = 110) -> str:
+    lines, indent = [start], " " * len(start)
+    for argument in arguments:
+        if len(lines[-1]) + len(argument) + 2 > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append(indent)
+        lines[-1] += argument + ", "
+    return "\n".join(lines).rstrip(", ") + close
+
+
+def loader_snippet(setup: Setup, changes: dict[str, str]) -> str:
+    """The loader with `changes` (generic names, values as code), in the framework's code."""
+    if setup.settings_in == "TrainingArguments":
+        lines = "".join(f"    {argument},\n" for argument in _arguments(setup, changes))
+        return f"args = TrainingArguments(\n    ...,  # your other arguments, as they are\n{lines})"
+    batch = setup.knobs.batch_size if setup.knobs and setup.knobs.batch_size is not None else "batch_size"
+    arguments = [f"batch_size={batch}", "shuffle=True", *_arguments(setup, changes)]
+    if setup.framework == "lightning":
+        return ("def train_dataloader(self):  # in the LightningModule or LightningDataModule\n"
+                + _wrapped("    return torch.utils.data.DataLoader(", ["self.train_set", *arguments]))
+    loader = _wrapped("loader = torch.utils.data.DataLoader(", ["dataset", *arguments])
+    if setup.framework == "accelerate":
+        loader += "\nmodel, optimizer, loader = accelerator.prepare(model, optimizer, loader)  # settings carry over"
+    return loader
+
+
+def mixed_precision(setup: Setup, device_type: str) -> tuple[str, str]:
+    """(the switch in words, the code) for bf16 mixed precision in the framework's terms."""
+    if setup.framework == "transformers":
+        where = f"(...) at {setup.site}" if setup.site_is == "TrainingArguments(...)" and setup.site else ""
+        return (f"set bf16=True in TrainingArguments{where} (fp16=True on GPUs older than Ampere)",
+                "args = TrainingArguments(\n    ...,  # your other arguments, as they are\n    bf16=True,\n)")
+    if setup.framework == "lightning":
+        return ("pass precision=\"bf16-mixed\" to the Lightning Trainer (\"16-mixed\" on GPUs older than Ampere)",
+                "trainer = pl.Trainer(..., precision=\"bf16-mixed\")")
+    if setup.framework == "accelerate":
+        return ("make the Accelerator with mixed_precision=\"bf16\" (\"fp16\" on GPUs older than Ampere)",
+                "accelerator = Accelerator(mixed_precision=\"bf16\")")
+    return ("run the forward under torch.autocast with bfloat16 (float16 with torch.amp.GradScaler on GPUs older "
+            "than Ampere)", f"with torch.autocast(\"{device_type}\", dtype=torch.bfloat16):\n"
+                            f"    loss = criterion(model(images), labels)\nloss.backward()")
+
+
+def pinned_copies(setup: Setup) -> tuple[str, str]:
+    """(pinned memory and copies that overlap compute, in words; the code) in the framework's terms."""
+    pin = set_loader(setup, {"pin_memory": "True"})
+    if setup.framework == "transformers":
+        return (f"{pin}, with accelerator_config={{\"non_blocking\": True}} so the Trainer's copies do not wait",
+                "args = TrainingArguments(\n    ...,  # your other arguments, as they are\n"
+                "    dataloader_pin_memory=True,\n    accelerator_config={\"non_blocking\": True},\n)")
+    if setup.framework == "lightning":
+        return (f"{pin}; Lightning then copies each batch to the GPU with non_blocking=True",
+                loader_snippet(setup, {"pin_memory": "True"}))
+    if setup.framework == "accelerate":
+        return (f"{pin}, and make the Accelerator with dataloader_config=DataLoaderConfiguration(non_blocking=True) "
+                f"so its copies do not wait",
+                "accelerator = Accelerator(dataloader_config=DataLoaderConfiguration(non_blocking=True))\n"
+                + loader_snippet(setup, {"pin_memory": "True"}))
+    return (f"{pin} and copy with non_blocking=True so the copy overlaps compute",
+            loader_snippet(setup, {"pin_memory": "True"}) + "\n"
+            "for images_uint8, labels in loader:  # the dataset returns uint8 (N, C, H, W)\n"
+            "    images = images_uint8.to(\"cuda\", non_blocking=True).float().div_(255)\n"
+            "    labels = labels.to(\"cuda\", non_blocking=True)")
+
+
+def autocast_path(framework: str) -> str:
+    """How --try's autocast of the outermost forward compares with the framework's own switch."""
+    switch = {"transformers": "TrainingArguments(bf16=True)", "lightning": "Trainer(precision=\"bf16-mixed\")",
+              "accelerate": "Accelerator(mixed_precision=\"bf16\")"}.get(framework)
+    return (f" (a stand-in for {switch}, which also runs under autocast what the framework computes outside the "
+            f"model's forward)" if switch else "")
+
+
+def experiment_path(framework: str, changes: dict[str, str]) -> str | None:
+    """How --try's DataLoader.__init__ change (`changes`, generic names, values as code) reaches the framework's
+    training loader, for the experiment's description; None for plain PyTorch (the change is the user's own)."""
+    if framework == "transformers":
+        same = ", ".join(_arguments(Setup(settings_in="TrainingArguments"), changes))
+        return (f"set in DataLoader.__init__, which the Trainer calls with TrainingArguments' values: as "
+                f"TrainingArguments({same})")
+    if framework == "accelerate":
+        return "set in DataLoader.__init__: the loader passed to accelerator.prepare and the one prepare builds"
+    if framework == "lightning":
+        return "set in DataLoader.__init__: the DataLoader that train_dataloader() builds"
+    return None

@@ -1,0 +1,12 @@
+"""Watching a run: the script run in this process, the hooks patched into torch, and the Watcher that turns their
+events into step records and, at the end, the one Observation (doctor/observation.py) the findings read. Imports
+observation.py, notes.py, patching.py and frameworks/; never findings/ (the caller diagnoses the Observation).
+
+- inject.py: run_script, someone else's script run in this process as python would, with a watchdog
+- hooks.py: Instrumentation, the hooks patched into torch (DataLoader, optimizer, module hooks, CUDA copies/syncs)
+- loader_split.py: inside the DataLoader, each batch's __getitem__, collate, hand-over and pinning, timed where they run
+- watch.py: Watcher, events in and one StepRecord per step out; the step clock; observe(), the Observation
+- clock.py: what one step holds (batches, samples, accumulation) and the notes that say so
+- profile.py: torch.profiler over a few steps after the watched ones: operators, kernels, device busy time
+- flops.py: the FLOPs of the last warm-up step (FlopCounterMode) by operator and precision, the device's peak
+"""

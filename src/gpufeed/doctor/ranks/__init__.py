@@ -1,0 +1,10 @@
+"""The doctor on several ranks of a torchrun job: every rank watches the script, rank 0 gathers the records and
+writes the one report. On top of the other stages: it runs observe/, diagnoses with findings/, and --try's jobs
+use trials/.
+
+- context.py: RankContext (from torchrun's environment), a rank's record, with_ranks, Exchange (the job's store),
+  RankGuard (a rank that crashes or hangs)
+- timing.py: RankTimer, a rank's forward, all-reduce buckets and optimizer step, timed per step
+- job.py: the torchrun jobs without their printing: the words each rank runs, run_job, rank 0's job_report, and
+  --try's jobs (the diagnosis job, a job per run, the files that tell the ranks what to do)
+"""

@@ -1,0 +1,191 @@
+"""The doctor's torchrun jobs, apart from what they print: the words each rank runs, one job launched, what rank
+0 makes of the gathered records, and `--try` on several ranks (every run of the script its own job, told what to
+do through files, since a process group is never made twice in one process).
+
+- `rank_words` and `run_job`: `gpufeed doctor WORDS` as N ranks through torch.distributed.run (context.py's
+  `launcher_arguments`); the ranks that failed.
+- `job_report`: rank 0's report of the job from every rank's record (context.py's `with_ranks`, then diagnose);
+  `save_for_launcher` writes it to REPORT_VARIABLE's path, where the launcher's --try reads it back.
+- --try: `diagnosis_job` runs the first job and reads its report; `trial_jobs` runs each experiment's pairs of a
+  baseline job and a changed job (`JobRunner`, trials/runs.py's Runner), compared on rank 0's watched steps as in
+  one process. Each rank of a changed job reads its part from TRIAL_VARIABLE's file (`trial_from_environment`),
+  makes the experiment again from its finding (`trial_experiment`), checks its change took, and rank 0 writes its
+  watched steps and the first problem of any rank (`write_trial_result`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpufeed.atomic import write_text_atomic
+from gpufeed.doctor.findings.diagnose import diagnose, empty_report
+from gpufeed.doctor.findings.report import Finding, Report
+from gpufeed.doctor.notes import Note
+from gpufeed.doctor.ranks.context import launcher_arguments, rank_problems, with_ranks
+
+TRIAL_VARIABLE = "GPUFEED_DOCTOR_TRIAL"  # a JSON file: {"experiment": null or its kind, name, finding; "result": path}
+REPORT_VARIABLE = "GPUFEED_DOCTOR_REPORT"  # rank 0 also writes the report's JSON to this path
+
+
+def rank_words(args, steps: int | None = None, warmup: int | None = None, trial: bool = False) -> list[str]:
+    """The doctor's options and SCRIPT ARGS for each rank (--nproc-per-node and --try left out); a `trial` run
+    profiles nothing and writes no --json or --html (the launcher writes the report)."""
+    words = ["--steps", str(steps or args.steps), "--warmup", str(args.warmup if warmup is None else warmup),
+             "--profile-steps", "0" if trial else str(args.profile_steps), "--timeout", f"{args.timeout:g}"]
+    for flag in ("json", "html"):
+        if getattr(args, flag) is not None and not trial:
+            words += [f"--{flag}", getattr(args, flag)]
+    if args.module:
+        words.append("-m")
+    return words + list(args.command)
+
+
+def run_job(words: list[str], nproc: int) -> list[int]:
+    """One torchrun job of `nproc` ranks running `gpufeed doctor WORDS`; the ranks that failed (none: [])."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import parse_args
+    from torch.distributed.run import run as run_ranks
+
+    try:
+        run_ranks(parse_args(launcher_arguments(words, nproc)))
+    except ChildFailedError as failed:
+        return sorted(failed.failures)
+    return []
+
+
+def end_process_group() -> None:
+    """Destroy the script's process group, left alive when the doctor stopped the script."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+# --- rank 0's report of a job --------------------------------------------------------------------------------
+
+
+def other_problems(records: list[dict], missing: list[str]) -> list[str]:
+    """What went wrong on the ranks other than 0, a line each."""
+    return [line for line in rank_problems(records, missing) if not line.startswith("rank 0:")]
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """Rank 0's report of a job, and what the terminal shows besides it."""
+
+    report: Report
+    watched: bool  # some step was watched (else `report` is empty_report's)
+    notes: tuple[Note, ...]  # the Observation's notes, in order
+    incomplete: Note | None  # rank 0's own incomplete watch (printed in bold)
+
+
+def job_report(watcher, world_size: int, records: list[dict], missing: list[str], problem: str | None,
+               error: str | None) -> JobReport:
+    """The report of the job from rank 0's watcher and every rank's record: the ranks' problems as notes, the
+    first as the script's error when rank 0's script did not raise."""
+    others = other_problems(records, missing)
+    incomplete = Note("run", f"watch incomplete: rank 0: {problem}") if problem and error is None else None
+    notes = ([incomplete] if incomplete else []) + [Note("run", f"watch incomplete: {line}") for line in others]
+    seen = with_ranks(watcher.observe(error, notes), world_size, records, missing)
+    if error is None and others:
+        seen = dataclasses.replace(seen, script_error=others[0])
+    report = diagnose(seen) if seen.steps else empty_report(seen)
+    report.timeline["ranks"] = [{"rank": r["rank"], "steps": r["steps"]} for r in records]
+    return JobReport(report, bool(seen.steps), seen.notes, incomplete)
+
+
+def save_for_launcher(report: Report) -> None:
+    """Write the report's JSON where the launcher's --try reads the diagnosis (REPORT_VARIABLE), when it asks."""
+    if os.environ.get(REPORT_VARIABLE):
+        write_text_atomic(os.environ[REPORT_VARIABLE], json.dumps(report.to_json()))
+
+
+def write_trial_result(trial: dict, watcher, problem: str | None) -> None:
+    """A --try job's result, from rank 0: its watched steps and the first problem of any rank."""
+    write_text_atomic(trial["result"], json.dumps(
+        {"records": [dataclasses.asdict(record) for record in watcher.records], "problem": problem}))
+
+
+# --- --try on several ranks ----------------------------------------------------------------------------------
+
+
+def diagnosis_job(args, folder: Path) -> Report | None:
+    """The first job of --try (its report printed by rank 0 as usual), read back; None when it failed."""
+    side = folder / "diagnosis.json"
+    os.environ[REPORT_VARIABLE] = str(side)
+    try:
+        failed = run_job(rank_words(args), args.nproc_per_node)
+    finally:
+        os.environ.pop(REPORT_VARIABLE, None)
+    if failed or not side.exists():
+        return None
+    return Report.from_json(json.loads(side.read_text()))
+
+
+def checked_in_the_ranks(watcher, changes, baseline) -> None:
+    """The launcher's stand-in for an experiment's check: each rank checked its change took."""
+    return None
+
+
+def trial_jobs(args, report: Report, planned: list, folder: Path) -> list:
+    """trials/runs.py's trial of each planned experiment, each run of the script its own job."""
+    from gpufeed.doctor.trials.runs import run_trial
+
+    runner = JobRunner(args, report, folder)
+    return [run_trial(dataclasses.replace(experiment, check=checked_in_the_ranks), args.command[0],
+                      args.command[1:], args.module, args.steps, args.warmup, args.timeout, args.repeats, runner)
+            for experiment in planned]
+
+
+class JobRunner:
+    """trials/runs.py's Runner for several ranks: one torchrun job per run, rank 0's watched steps back."""
+
+    def __init__(self, args, report: Report, folder: Path):
+        self.args, self.report, self.folder, self.runs = args, report, folder, 0
+
+    def __call__(self, target, script_args, is_module, experiment, steps, warmup, timeout_s):
+        from gpufeed.doctor.trials.runs import Run
+        from gpufeed.measure.steps import StepRecord
+
+        self.runs += 1
+        spec, result = self.folder / f"trial-{self.runs}.json", self.folder / f"result-{self.runs}.json"
+        chosen = None
+        if experiment is not None:
+            finding = next(f for f in self.report.findings if f.kind == experiment.kind)
+            chosen = {"kind": experiment.kind, "name": experiment.name, "device": self.report.verdict.device,
+                      "finding": dict(dataclasses.asdict(finding), gain=None)}
+        write_text_atomic(spec, json.dumps({"experiment": chosen, "result": str(result)}))
+        os.environ[TRIAL_VARIABLE] = str(spec)
+        try:
+            failed = run_job(rank_words(self.args, steps, warmup, trial=True), self.args.nproc_per_node)
+        finally:
+            os.environ.pop(TRIAL_VARIABLE, None)
+        if not result.exists():
+            return Run([], f"the job failed on rank {', '.join(map(str, failed)) or '?'} before rank 0 wrote its steps")
+        outcome = json.loads(result.read_text())
+        names = {field.name for field in dataclasses.fields(StepRecord)}
+        records = [StepRecord(**{key: value for key, value in record.items() if key in names})
+                   for record in outcome["records"]]
+        return Run(records, outcome["problem"])
+
+
+def trial_from_environment() -> dict | None:
+    """This rank's part in a --try job (TRIAL_VARIABLE), or None for a diagnosis."""
+    path = os.environ.get(TRIAL_VARIABLE)
+    return json.loads(open(path, encoding="utf-8").read()) if path else None
+
+
+def trial_experiment(trial: dict | None):
+    """The experiment a --try job's ranks install, made again here from its finding, by name."""
+    if not trial or not trial["experiment"]:
+        return None
+    from gpufeed.doctor.trials.plan import experiments_for
+
+    chosen = trial["experiment"]
+    finding = Finding(**chosen["finding"])
+    found, _ = experiments_for(finding, chosen["device"].startswith("cuda"))
+    return next(experiment for experiment in found if experiment.name == chosen["name"])

@@ -1,0 +1,9 @@
+"""`gpufeed doctor --try`: re-run the script with each leading finding's fix and measure what it gains. Above
+observe/ (each run is watched) and findings/ (the plan reads the report's findings).
+
+- changes.py: Changes and Experiment; the changes that test a fix (replayed batches, DataLoader and DDP arguments,
+  autocast) and their checks that the change took
+- async_item.py: the async_item experiment for sync_stall (CUDA), .item() without the wait
+- plan.py: which experiments test each kind's fix (a function per kind that has one), plan_experiments
+- runs.py: pairs of a fresh baseline and the changed run, the median gain and its range, the findings' gains
+"""

@@ -1,0 +1,203 @@
+"""Running `--try`'s experiments (changes.py, chosen by plan.py) and comparing them with baseline runs: the
+measured gains.
+
+Each run is the script run again in this process (`run_script`: the same argv, working directory and step clock),
+watching `steps` steps after `warmup` (or the change's own minimum warm-up, for the baseline too). A run's rate is
+samples/s = sum of batch sizes / sum of wall time over its watched steps (steps/s when a batch size was not read in
+some run of the experiment; the ratio is the same while the batch is).
+
+Repeats: runs of the same script in one process differ by several percent (the machine, the allocator, the page
+cache), so one ratio carries one run's noise. Each experiment runs `repeats` pairs, a fresh baseline run (no
+change, the same warm-up) then the changed run, alternating: baseline, change, baseline, change, ... The gain is the
+median of the per-pair ratios (changed rate / baseline rate); its text gives the median, the min–max, the pairs and
+the steps per run. A finding's `gain.measured` is the gain of the change it recommends (an experiment of role
+"fix"); a bound (role "bound": the replay) is `gain.bound`, never the headline; the finding's confidence after
+--try is at most what the spread of the headline's pairs allows (grading.spread_confidence). The first
+(diagnosis) run is not reused as a baseline: it ran cold (first imports, the first CUDA context and kernels, cold
+file caches), so a ratio against it would credit the change with the warming up.
+
+Time: after the diagnosis run, 2 x repeats runs per experiment (`total_runs`); with plan.py's
+MAX_EXPERIMENTS (3) and the default REPEATS that is 18 more runs of (warm-up + steps) steps each, plus each run's
+start-up (about 3 s each for the doctor's defaults on a script at 20 steps/s).
+
+A failing run (the script raises, stalls or ignores the change, in a baseline or a changed run) ends that
+experiment with a line in `unmeasured`, never an exception.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gpufeed.doctor.findings.grading import lower_confidence, spread_confidence
+from gpufeed.doctor.findings.report import Finding, Gain, Report
+from gpufeed.doctor.notes import Note
+from gpufeed.doctor.observe.inject import describe_exception, run_script
+from gpufeed.doctor.observe.watch import Watcher
+from gpufeed.doctor.trials.changes import Changes, Experiment
+from gpufeed.doctor.trials.plan import plan_experiments
+from gpufeed.measure.steps import StepRecord
+
+# gpufeed's choice: three pairs give a median and a range; the command's --repeats changes it (1 allowed).
+REPEATS = 3
+
+
+@dataclass
+class Run:
+    """One run of the script: its watched steps, why they cannot be compared (None: they can), and the watcher
+    and changes of the run (what an experiment's check reads)."""
+
+    records: list[StepRecord]
+    problem: str | None = None
+    watcher: Watcher | None = None
+    changes: Changes = field(default_factory=Changes)
+
+
+# what runs the script once: (target, args, is_module, experiment or None for a baseline, steps, warmup, timeout_s)
+Runner = Callable[[str, list[str], bool, "Experiment | None", int, int, float], Run]
+
+
+def run_once(target: str, args: list[str], is_module: bool, experiment: Experiment | None, steps: int,
+             warmup: int, timeout_s: float) -> Run:
+    """Run the script with `experiment`'s change (none: a baseline run); every patch is restored after. Only the
+    watched steps' rates are compared, so the run profiles nothing after them (profile_steps=0)."""
+    watcher, changes = Watcher(steps=steps, warmup=warmup, profile_steps=0), Changes()
+    try:
+        if experiment is not None:
+            experiment.install(changes)
+        outcome = run_script(target, list(args), is_module, watcher, timeout_s=timeout_s)
+    finally:
+        changes.restore()
+    records = watcher.records
+    problem = outcome.problem if outcome.error is not None or outcome.timed_out or not records else None
+    return Run(records, problem, watcher, changes)
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One experiment's pairs: the gain, or why there is none. `rates`: (baseline, changed) per pair, in `unit`,
+    in the order they ran."""
+
+    experiment: Experiment
+    gain: Gain | None
+    rates: tuple[tuple[float, float], ...] = ()
+    unit: str = "samples/s"  # or "steps/s"
+    problem: str | None = None
+
+    @property
+    def ratios(self) -> list[float]:
+        return [changed / baseline for baseline, changed in self.rates]
+
+
+def _rate(steps: list[StepRecord], samples: bool) -> float:
+    amount = sum(record.batch_size for record in steps) if samples else len(steps)
+    return amount / sum(record.wall_s for record in steps)
+
+
+def gain_text(description: str, ratios: list[float], step_counts: list[int], unit: str) -> str:
+    """Gain.how: the change, the median ratio with its range, the pairs and the steps behind each run."""
+    low, high = min(step_counts), max(step_counts)
+    steps = f"{low} steps each" if low == high else f"{low}–{high} steps per run"
+    if len(ratios) == 1:
+        return f"{description}: 1 pair {ratios[0]:.2f}x, {steps} ({unit} vs a fresh baseline run; one pair, so " \
+               f"the ratio carries one run's noise)"
+    return (f"{description}: median of {len(ratios)} pairs {statistics.median(ratios):.2f}x "
+            f"({min(ratios):.2f}–{max(ratios):.2f}), {steps} ({unit}, each pair a fresh baseline run then the "
+            f"change)")
+
+
+def compare(experiment: Experiment, pairs: list[tuple[list[StepRecord], list[StepRecord]]]) -> Trial:
+    """The gain over (baseline records, changed records) pairs: the median of the per-pair rate ratios, in
+    samples/s when every step of every run has a batch size, else steps/s."""
+    runs = [records for pair in pairs for records in pair]
+    samples = all(record.batch_size is not None for records in runs for record in records)
+    unit = "samples/s" if samples else "steps/s"
+    if experiment.name == "double_batch" and not samples:
+        return Trial(experiment, None, unit=unit, problem="the batch size was not read, so samples/s cannot be "
+                                                          "compared")
+    rates = tuple((_rate(baseline, samples), _rate(changed, samples)) for baseline, changed in pairs)
+    ratios = [changed / baseline for baseline, changed in rates]
+    how = gain_text(experiment.description, ratios, [len(records) for records in runs], unit)
+    gain = Gain(statistics.median(ratios), how, experiment.description, min(ratios), max(ratios), len(ratios))
+    return Trial(experiment, gain, rates, unit)
+
+
+def run_trial(experiment: Experiment, target: str, args: list[str], is_module: bool, steps: int, warmup: int,
+              timeout_s: float = 60.0, repeats: int = REPEATS, runner: Runner = run_once) -> Trial:
+    """`repeats` pairs of runs, each a fresh baseline run then a run with `experiment`'s change, both with the same
+    warm-up, compared by `compare`. The first failing run ends the trial: its reason is the Trial's `problem`,
+    never an exception (a KeyboardInterrupt passes through); every patch is restored either way."""
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    warmup = max(warmup, experiment.min_warmup)
+    pairs = []
+    try:
+        for _ in range(repeats):
+            baseline = runner(target, args, is_module, None, steps, warmup, timeout_s)
+            if baseline.problem is not None:
+                return Trial(experiment, None, problem=f"the baseline run before it: {baseline.problem}")
+            changed = runner(target, args, is_module, experiment, steps, warmup, timeout_s)
+            problem = changed.problem or experiment.check(changed.watcher, changed.changes, baseline.records)
+            if problem is not None:
+                return Trial(experiment, None, problem=problem)
+            pairs.append((baseline.records, changed.records))
+        return compare(experiment, pairs)
+    except Exception as error:  # our change or the comparison broke: a line in the report, not a crash
+        return Trial(experiment, None, problem=f"the experiment failed: {describe_exception(error)}")
+
+
+def total_runs(experiments: int, repeats: int) -> int:
+    """Runs of the script after the first (diagnosis) run: a baseline and a changed run per pair."""
+    return 2 * repeats * experiments
+
+
+def finding_gain(trials: list[Trial]) -> Gain | None:
+    """A finding's gain from its measured trials: `measured`, its range and pairs from the first of role "fix"
+    (the change the finding recommends), `bound` from the first of role "bound"; `how` lists every trial's text
+    (each states its own factor). None when no trial measured anything."""
+    if not trials:
+        return None
+    fix = next((trial.gain for trial in trials if trial.experiment.role == "fix"), None)
+    bound = next((trial.gain.measured for trial in trials if trial.experiment.role == "bound"), None)
+    how = "; ".join(trial.gain.how for trial in trials)
+    if fix is None:
+        return Gain(None, how, bound=bound)
+    return dataclasses.replace(fix, how=how, bound=bound)
+
+
+def tried_confidence(finding: Finding, trials: list[Trial]) -> str:
+    """The finding's confidence after --try: the lower of its detection's and the spread of the pairs behind
+    its headline gain (the fix's; the bound's when the fix was not measured)."""
+    headline = next((trial for trial in trials if trial.experiment.role == "fix"), trials[0])
+    return lower_confidence(finding.confidence, spread_confidence(headline.ratios))
+
+
+def run_experiments(target: str, args: list[str], is_module: bool, baseline: Report, steps: int, warmup: int,
+                    timeout_s: float = 60.0, repeats: int = REPEATS,
+                    runner: Runner = run_once) -> tuple[list[Finding], list[Note]]:
+    """The findings of `baseline` (the diagnosis run's report), copies with `gain` and `confidence` set where an
+    experiment measured something (`finding_gain`, `tried_confidence`), and notes on what was not measured and
+    why. `steps` and `warmup` are per run; the diagnosis run's own steps are not used (see the module
+    docstring). `runner` runs the script once (this process; several ranks: ranks/job.py's JobRunner)."""
+    planned, unmeasured = plan_experiments(baseline)
+    trials = [run_trial(experiment, target, args, is_module, steps, warmup, timeout_s, repeats, runner)
+              for experiment in planned]
+    return with_trials(baseline, trials, unmeasured)
+
+
+def with_trials(baseline: Report, trials: list[Trial], unmeasured: list[Note]) -> tuple[list[Finding], list[Note]]:
+    """The report's findings with their trials' gains, and the notes: `unmeasured` (the plan's) and a line for
+    each trial that measured nothing."""
+    findings, notes = [], list(unmeasured)
+    for finding in baseline.findings:
+        own = [trial for trial in trials if trial.experiment.kind == finding.kind]
+        notes += [Note("unmeasured", f"verified fix for {finding.kind} ({trial.experiment.name}): {trial.problem}")
+                  for trial in own if trial.gain is None]
+        measured = [trial for trial in own if trial.gain is not None]
+        if measured:
+            finding = dataclasses.replace(finding, gain=finding_gain(measured),
+                                          confidence=tried_confidence(finding, measured))
+        findings.append(finding)
+    return findings, notes
