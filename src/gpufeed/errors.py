@@ -31,5 +31,22 @@ class RunFailed(GpufeedError):
     exit_status = 1
 
 
+class Interrupted(GpufeedError):
+    """The run was asked to stop (SIGINT or SIGTERM) and stopped cleanly after a step; exit status 130.
+
+    signal_name: "SIGINT" or "SIGTERM". step, total_steps: where it stopped. checkpoint: the file written there,
+    or None when the run had no output folder to write it in. out: that folder (None without one).
+    """
+
+    exit_status = 130
+
+    def __init__(self, signal_name: str, step: int, total_steps: int, checkpoint: str | None,
+                 out: str | None) -> None:
+        saved = f"checkpoint {checkpoint}" if checkpoint else "nothing saved (the run had no output folder)"
+        super().__init__(f"stopped by {signal_name} after step {step} of {total_steps}: {saved}")
+        self.signal_name, self.step, self.total_steps = signal_name, step, total_steps
+        self.checkpoint, self.out = checkpoint, out
+
+
 class StagingError(RunFailed):
     """A staging thread failed while preparing a batch; the message names the batch index."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -17,7 +18,7 @@ from gpufeed.cli.output import (
     emit_json,
     error_console,
 )
-from gpufeed.errors import ConfigError
+from gpufeed.errors import ConfigError, Interrupted
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult
 
@@ -145,6 +146,7 @@ class _Screen:
     def close(self) -> None:
         if self.progress is not None:
             self.progress.stop()
+            self.progress = None
 
 
 def _summary(result: TrainResult) -> None:
@@ -172,6 +174,11 @@ def run(args) -> int:
     screen = _Screen(quiet=args.json == "-")
     try:
         result = train(config, on_event=screen)
+    except Interrupted as stopped:
+        screen.close()
+        if os.environ.get("RANK", "0") == "0":
+            error_console.print(_interrupted_line(stopped, getattr(args, "argv", None)), markup=False, soft_wrap=True)
+        return stopped.exit_status
     finally:
         screen.close()
     if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
@@ -182,6 +189,18 @@ def run(args) -> int:
         _summary(result)
     emit_document(result, "train", args)
     return 0
+
+
+def _interrupted_line(stopped: Interrupted, words: list[str] | None) -> str:
+    """Where the run stopped, what was saved, and the command that continues it."""
+    if stopped.checkpoint is None:
+        return f"interrupted: {stopped}; give --out DIR to keep checkpoints of a run"
+    words = [word for word in (words or ["train", "--out", stopped.out]) if word != "--overwrite"]
+    if "--resume" not in words:
+        words.append("--resume")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return f"interrupted: {stopped}; continue with the same torchrun command and --resume"
+    return f"interrupted: {stopped}; continue with: gpufeed {shlex.join(words)}"
 
 
 def _complete(result: RunComplete, args) -> int:

@@ -100,6 +100,41 @@ def _released(watched: weakref.ref, timeout_s: float = RELEASE_TIMEOUT_S) -> Non
         time.sleep(0.001)
 
 
+class StopVote:
+    """Whether any rank was asked to stop, agreed by all: `decide(asked)` after each step starts that step's
+    vote (a 1-element sum, asynchronous) and returns the previous step's result, so every rank gets the same
+    answer after the same step while the sum overlaps the next step's work. One process: `asked` itself."""
+
+    def __init__(self, context: DistributedContext) -> None:
+        self.context = context
+        self._pending: tuple[object, torch.Tensor] | None = None
+
+    def decide(self, asked: bool) -> bool:
+        if not self.context.active:
+            return asked
+        decided = self._collect()
+        flag = torch.tensor([1.0 if asked else 0.0], device=self.context.device)
+        self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.SUM, async_op=True), flag)
+        return decided
+
+    def _collect(self) -> bool:
+        if self._pending is None:
+            return False
+        work, flag = self._pending
+        self._pending = None
+        work.wait()
+        decided = bool(flag.item() > 0)
+        if self.context.backend == "gloo":
+            watched = weakref.ref(flag)
+            del flag, work
+            _released(watched)
+        return decided
+
+    def close(self) -> None:
+        """Wait for the vote in flight (every rank started it, so it completes) before the next collective."""
+        self._collect()
+
+
 def barrier(context: DistributedContext) -> None:
     if context.active:
         dist.barrier()

@@ -1,7 +1,8 @@
 """`train(config)`: the main job. Feed -> model -> optimizer, with checkpoints, exact resume and DDP.
 
 The loop itself is `_run_epochs`; everything before it resolves the run (data, model, precision, batch
-size, resume state) so that the loop reads in one sitting.
+size, resume state) so that the loop reads in one sitting. SIGINT or SIGTERM ends it after the current step
+with a checkpoint and `Interrupted` (interrupt.py).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 from gpufeed.data.feed.feed import Feed
-from gpufeed.errors import RunFailed
+from gpufeed.errors import Interrupted, RunFailed
 from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.timing import DeviceBusyTimer, Stopwatch
 from gpufeed.train import distributed
@@ -25,6 +26,7 @@ from gpufeed.train.config import TrainConfig
 from gpufeed.train.evaluate import evaluate
 from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult, peak_memory_bytes, verdict
 from gpufeed.train.inputs import choose_augments, open_training_data
+from gpufeed.train.interrupt import StopSignals
 from gpufeed.train.models import build_model, parameter_count
 from gpufeed.train.outputs import RunFiles
 from gpufeed.train.resume import RunStart, start_run
@@ -61,34 +63,48 @@ class _Run:
     resumed_from: str | None = None
     skipped_checkpoints: list = field(default_factory=list)
     notes: tuple[str, ...] = ()  # one-line remarks on the settings, for the run's start
+    signals: StopSignals = field(default_factory=StopSignals)
+    stopped: bool = False  # the ranks agreed to stop after run.step (a signal)
+    last_checkpoint: str | None = None
+    last_checkpoint_step: int | None = None
 
 
 def train(config: TrainConfig, on_event: Callable[[object], None] | None = None) -> TrainResult | RunComplete:
     """Run one training job; `on_event` receives RunStarted and StepLog records (rank 0 only).
+
+    SIGINT or SIGTERM while it runs: the ranks finish the step they agree on, a checkpoint is written and
+    `Interrupted` is raised (a second signal: KeyboardInterrupt at once).
 
     `--out` holding another run is a ConfigError unless `config.resume` or `config.overwrite` (`resume.py`);
     resuming a run that has taken all its steps returns RunComplete and trains nothing.
     """
     context = distributed.setup(config.device)
     notify = on_event if (on_event is not None and context.is_main) else (lambda event: None)
-    try:
-        start = start_run(config, context)
-        if start.complete:
-            return RunComplete(out=str(config.out), steps=int(start.state["step"]), total_steps=start.total_steps,
-                               checkpoint=str(start.checkpoint))
-        run = _prepare(start, context)
-        notify(RunStarted(config=run.config.to_dict(), device=str(context.device), precision=run.precision.name,
-                          precision_reason=run.precision.reason, parameters=parameter_count(run.model),
-                          data=run.feed.dataset.path and str(run.feed.dataset.path) or config.data,
-                          train_samples=run.feed.count, validation_samples=run.validation.count,
-                          world_size=context.world_size, effective_batch_size=run.feed.batch_size * context.world_size,
-                          total_steps=run.total_steps, resumed_from=run.resumed_from,
-                          skipped_checkpoints=[f"{path}: {reason}" for path, reason in run.skipped_checkpoints],
-                          nothing_to_resume=start.nothing_to_resume,
-                          notes=run.notes))
-        return _train_and_evaluate(run, notify)
-    finally:
-        distributed.teardown(context)
+    with StopSignals() as signals:
+        try:
+            return _start(config, context, signals, notify)
+        finally:
+            distributed.teardown(context)
+
+
+def _start(config: TrainConfig, context: distributed.DistributedContext, signals: StopSignals,
+           notify) -> TrainResult | RunComplete:
+    start = start_run(config, context)
+    if start.complete:
+        return RunComplete(out=str(config.out), steps=int(start.state["step"]), total_steps=start.total_steps,
+                           checkpoint=str(start.checkpoint))
+    run = _prepare(start, context)
+    run.signals = signals
+    notify(RunStarted(config=run.config.to_dict(), device=str(context.device), precision=run.precision.name,
+                      precision_reason=run.precision.reason, parameters=parameter_count(run.model),
+                      data=run.feed.dataset.path and str(run.feed.dataset.path) or config.data,
+                      train_samples=run.feed.count, validation_samples=run.validation.count,
+                      world_size=context.world_size, effective_batch_size=run.feed.batch_size * context.world_size,
+                      total_steps=run.total_steps, resumed_from=run.resumed_from,
+                      skipped_checkpoints=[f"{path}: {reason}" for path, reason in run.skipped_checkpoints],
+                      nothing_to_resume=start.nothing_to_resume,
+                      notes=run.notes))
+    return _train_and_evaluate(run, notify)
 
 
 def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
@@ -152,7 +168,8 @@ def _checkpoint(run: _Run) -> None:
     state = {"format": 1, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
              "scaler": run.scaler.state_dict() if run.scaler is not None else None, "rng": capture_rng(),
              "feed": run.feed.state_dict(), "step": run.step, "epoch": run.feed.epoch, "config": config}
-    save_checkpoint(run.files.checkpoints, run.step, state)
+    run.last_checkpoint = str(save_checkpoint(run.files.checkpoints, run.step, state))
+    run.last_checkpoint_step = run.step
     distributed.barrier(run.context)
 
 
@@ -209,7 +226,8 @@ def _run_epochs(run: _Run, notify) -> dict:
     totals = {"seconds": 0.0, "wait_s": 0.0, "samples": 0, "timeline": []}
     interval = _Interval(device)
     check_every_step = device.type == "cpu"  # reading the loss costs nothing there
-    while run.step < run.total_steps:
+    vote = distributed.StopVote(run.context)
+    while run.step < run.total_steps and not run.stopped:
         run.feed.set_epoch(run.feed.epoch)
         batches = iter(run.feed)
         while run.step < run.total_steps:
@@ -231,10 +249,15 @@ def _run_epochs(run: _Run, notify) -> dict:
                 interval = _log(run, interval, totals, notify)
             if config.checkpoint_every_steps and run.step % config.checkpoint_every_steps == 0:
                 _checkpoint(run)
+            if vote.decide(run.signals.received is not None):
+                run.stopped = True
+                break
         batches.close()
         if interval.steps:
             interval = _log(run, interval, totals, notify)
-        _checkpoint(run)
+        if not (run.stopped and run.last_checkpoint_step == run.step):  # not twice at the step it stops at
+            _checkpoint(run)
+    vote.close()
     return totals
 
 
@@ -256,6 +279,9 @@ def _train_and_evaluate(run: _Run, notify) -> TrainResult:
         totals = _run_epochs(run, notify)
     finally:
         run.sampler.close()
+    if run.stopped:
+        raise Interrupted(run.signals.received or "a signal on another rank", run.step, run.total_steps,
+                          run.last_checkpoint if run.files is not None else None, run.config.out)
     accuracy, loss = evaluate(run.model, run.validation, run.precision, run.context)
     seconds = time.perf_counter() - started
     wait_share, busy_share = _reduced_shares(run, totals)
