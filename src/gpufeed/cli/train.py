@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import shlex
+from pathlib import Path
 
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -21,6 +22,7 @@ from gpufeed.cli.output import (
 from gpufeed.errors import ConfigError, Interrupted
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult
+from gpufeed.train.outputs import read_contents
 
 EXAMPLES = """examples:
   gpufeed train                                   # the CNN on the built-in dataset, on the best device here
@@ -157,7 +159,8 @@ def _summary(result: TrainResult) -> None:
                   f"device busy {busy}, peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
     console.print(f"  verdict: {result.verdict}")
     if result.out:
-        console.print(f"  files in {result.out}: config.json, metrics.jsonl, model.safetensors, checkpoints/")
+        console.print(f"  files in {result.out}: {read_contents(Path(result.out)).describe()}",
+                      markup=False)
 
 
 def run(args) -> int:

@@ -27,8 +27,7 @@ def train_page(document: dict) -> Page:
         page.paragraph("No log interval was recorded in this run (it had no steps left to train), so there is no "
                        "timeline to draw.")
     page.heading("Configuration")
-    page.table(["setting", "value"], [(key, _setting(value)) for key, value in document["config"].items()],
-               caption="the resolved configuration of the run")
+    page.table(["setting", "value"], configuration_rows(document), caption="the resolved configuration of the run")
     if document.get("unmeasured"):
         page.heading("Not measured")
         page.bullets(document["unmeasured"])
@@ -38,7 +37,7 @@ def train_page(document: dict) -> Page:
 def _headline(page: Page, document: dict) -> None:
     page.heading("Result")
     page.paragraph(f"Validation accuracy {percent(document['validation_accuracy'], 1)} after "
-                   f"{document['steps']:,} steps ({document['epochs']} epochs) at "
+                   f"{document['steps']:,} steps ({document['epochs']} epoch{'s' * (document['epochs'] != 1)}) at "
                    f"{document['samples_per_s']:,.0f} samples/s.", css="lead")
     page.paragraph(f"Verdict: {document['verdict']}.")
     cuda = str(document["device"]).startswith("cuda")
@@ -198,6 +197,21 @@ def _progress(page: Page, timeline: list[dict]) -> None:
             + (": the line has gaps there." if finite else ".") if lost else "")
     page.chart(figure, "Left: samples per second over each log interval (summed over ranks). Right: the mean "
                        f"training loss over each log interval.{gaps}{_grouped_note(timeline)}")
+
+
+def configuration_rows(document: dict) -> list[tuple[str, str]]:
+    """The run's settings as used: the model's own shape option only (hidden for the MLP, width for the others),
+    and where the validation samples came from when no --val file was given."""
+    config = document["config"]
+    rows = []
+    for key, value in config.items():
+        if key == "explicit" or (key == "hidden" and config.get("model") != "mlp") \
+                or (key == "width" and config.get("model") == "mlp"):
+            continue
+        if key == "validation" and value is None and document.get("data_description"):
+            value = document["data_description"]
+        rows.append((key, _setting(value)))
+    return rows
 
 
 def _setting(value: object) -> str:

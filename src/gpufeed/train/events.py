@@ -92,6 +92,9 @@ class TrainResult:
     timeline: list = dataclasses.field(default_factory=list)  # this run's StepLog records, one per log interval
     steps_per_epoch: int | None = None  # optimizer steps an epoch (per rank); None in documents before it
     notes: list = dataclasses.field(default_factory=list)  # one-line remarks on the settings (e.g. batch lowered)
+    train_samples: int | None = None  # samples an epoch covers (all ranks); None in documents before it
+    validation_samples: int | None = None
+    data_description: str | None = None  # where both came from: "built-in: 50000 train, 10000 test images"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

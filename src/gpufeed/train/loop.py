@@ -67,6 +67,7 @@ class _Run:
     stopped: bool = False  # the ranks agreed to stop after run.step (a signal)
     last_checkpoint: str | None = None
     last_checkpoint_step: int | None = None
+    data_description: str = ""  # where the training and validation samples came from, with their counts
 
 
 def train(config: TrainConfig, on_event: Callable[[object], None] | None = None) -> TrainResult | RunComplete:
@@ -117,13 +118,17 @@ def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
     classes = len(data.train.classes)
     model = build_model(config.model, sample_shape, classes, config.hidden, config.width)
     precision = choose_precision(config.precision, model, device, sample_shape, classes)
+    if saved is not None and not (config.explicit is None or "precision" in config.explicit):
+        kept = saved.get("precision_reason") or "as the run chose it"
+        precision = Precision(precision.name, f"{kept}; kept from the resumed run")
     model = prepare_model(model, precision, device)
     samples_per_rank = len(data.train_indices if data.train_indices is not None else data.train) // context.world_size
     batch_size = choose_batch_size(config.batch_size, model, precision, device, sample_shape, classes,
                                    limit=samples_per_rank)
     set_by_user = config.batch_size != "auto" and (config.explicit is None or "batch_size" in config.explicit)
     batch_size, batch_note = fit_batch_to_data(batch_size, samples_per_rank, set_by_user)
-    config = replace(config, batch_size=batch_size, precision=precision.name)
+    config = replace(config, batch_size=batch_size, precision=precision.name,
+                     learning_rate=config.peak_learning_rate)  # the values used, as saved and shown
     common = dict(device=device, dtype=precision.input_dtype, rank=context.rank, world_size=context.world_size,
                   workers=config.workers)
     feed = Feed(data.train, batch_size, seed=config.seed, indices=data.train_indices, augment=augments.train,
@@ -139,7 +144,8 @@ def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
     files = RunFiles(Path(config.out)) if (config.out and context.is_main) else None
     run = _Run(config, context, model, trained, optimizer, scaler, precision, step, feed, validation,
                total_steps, files, skipped_checkpoints=list(start.skipped),
-               notes=tuple(dict.fromkeys(note for note in (batch_note, *feed.notes, *validation.notes) if note)))
+               notes=tuple(dict.fromkeys(note for note in (batch_note, *feed.notes, *validation.notes) if note)),
+               data_description=data.description)
     if saved is not None:
         _restore(run, saved)
         run.resumed_from = str(start.checkpoint)
@@ -167,7 +173,8 @@ def _checkpoint(run: _Run) -> None:
     config["hidden"] = list(config["hidden"])
     state = {"format": 1, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
              "scaler": run.scaler.state_dict() if run.scaler is not None else None, "rng": capture_rng(),
-             "feed": run.feed.state_dict(), "step": run.step, "epoch": run.feed.epoch, "config": config}
+             "feed": run.feed.state_dict(), "step": run.step, "epoch": run.feed.epoch, "config": config,
+             "precision_reason": run.precision.reason}
     run.last_checkpoint = str(save_checkpoint(run.files.checkpoints, run.step, state))
     run.last_checkpoint_step = run.step
     distributed.barrier(run.context)
@@ -300,7 +307,8 @@ def _train_and_evaluate(run: _Run, notify) -> TrainResult:
         learning_rate=run.config.peak_learning_rate, seconds=seconds, model=run.config.model,
         parameters=parameter_count(run.model), resumed_from=run.resumed_from, out=run.config.out,
         config=run.config.to_dict(), verdict="", unmeasured=unmeasured, timeline=totals["timeline"],
-        steps_per_epoch=len(run.feed), notes=list(run.notes))
+        steps_per_epoch=len(run.feed), notes=list(run.notes), train_samples=run.feed.count,
+        validation_samples=run.validation.count, data_description=run.data_description)
     result = replace(result, verdict=verdict(result))
     if run.files is not None:
         run.files.save_model(run.model)
