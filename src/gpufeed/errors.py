@@ -8,9 +8,18 @@ from __future__ import annotations
 
 
 class GpufeedError(Exception):
-    """Wrong input: a file, a flag or a value. The message is one line and says what to do."""
+    """Wrong input: a file, a flag or a value. The message is one line and says what to do, in the library's
+    terms (`device="cpu"`); `command_line`, when given, says the same in the command line's (`--device cpu`),
+    and the command line prints that one (`for_command_line`)."""
 
     exit_status = 2
+
+    def __init__(self, message: str = "", *, command_line: str | None = None) -> None:
+        super().__init__(message)
+        self.command_line = command_line
+
+    def for_command_line(self) -> str:
+        return self.command_line or str(self)
 
 
 class FormatError(GpufeedError):

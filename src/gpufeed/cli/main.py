@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except GpufeedError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {error.for_command_line()}", file=sys.stderr)
         return error.exit_status
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

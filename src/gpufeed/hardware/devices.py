@@ -34,16 +34,18 @@ def resolve_device(name: str | torch.device | None = "auto") -> torch.device:
         return device
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise DeviceUnavailable(f"device {name!r} asked for, but this machine has no CUDA GPU that torch "
-                                    f"can use (torch {torch.__version__}); use --device cpu")
+            missing = (f"device {name!r} asked for, but this machine has no CUDA GPU that torch can use "
+                       f"(torch {torch.__version__})")
+            raise DeviceUnavailable(f'{missing}; pass device="cpu"', command_line=f"{missing}; use --device cpu")
         index = device.index if device.index is not None else torch.cuda.current_device()
         if index >= torch.cuda.device_count():
             raise DeviceUnavailable(f"device {name!r} asked for, but only {torch.cuda.device_count()} CUDA GPU(s) "
-                                    f"are visible; use cuda:0..cuda:{torch.cuda.device_count() - 1}")
+                                    f"are visible; choose one of cuda:0..cuda:{torch.cuda.device_count() - 1}")
         return torch.device("cuda", index)
     if device.type == "mps":
         if not _mps_available():
-            raise DeviceUnavailable("device 'mps' asked for, but MPS is not available here; use --device cpu")
+            missing = "device 'mps' asked for, but MPS is not available here"
+            raise DeviceUnavailable(f'{missing}; pass device="cpu"', command_line=f"{missing}; use --device cpu")
         return device
     raise DeviceUnavailable(f"device type {device.type!r} is not supported; choose one of {DEVICE_CHOICES}")
 

@@ -117,13 +117,49 @@ def _read_json(path: Path, size: int) -> dict:
     return raw
 
 
+IMAGE_SIZES_SAMPLED = 64  # image files whose sizes are read to tell a folder of photos from one of fixed size
+
+
+def _sizes_vary(folder: Path) -> bool:
+    """Whether the first IMAGE_SIZES_SAMPLED images in the folder's class subfolders differ in size (headers
+    only); True when none can be read, since the photo recipe packs any images."""
+    from PIL import Image
+
+    sizes, read = set(), 0
+    for path in sorted(folder.glob("*/*"))[:4 * IMAGE_SIZES_SAMPLED]:
+        try:
+            with Image.open(path) as image:
+                sizes.add(image.size)
+        except (OSError, ValueError):
+            continue
+        read += 1
+        if len(sizes) > 1 or read == IMAGE_SIZES_SAMPLED:
+            break
+    return len(sizes) != 1
+
+
+def folder_error(folder: Path) -> FormatError:
+    """A folder given where a packed file belongs: the pack to make and how to read it, fit for the folder (its
+    images' sizes vary: pack at a max side, train on random-resized crops; else as they are)."""
+    out = f"{str(folder).rstrip('/')}.gpuf"
+    if _sizes_vary(folder):
+        library = (f"gpufeed.pack({str(folder)!r}, {out!r}, max_side=256), then Feed({out!r}, batch_size, "
+                   f"augment='random-resized-crop', image_size=224)")
+        command = f"gpufeed pack {folder} {out} --max-side 256, then gpufeed train --data {out} --image-size 224"
+    else:
+        library = f"gpufeed.pack({str(folder)!r}, {out!r}), then Feed({out!r}, batch_size)"
+        command = f"gpufeed pack {folder} {out}, then gpufeed train --data {out}"
+    return FormatError(f"{folder} is a folder, not a packed dataset; pack it first: {library}",
+                       command_line=f"{folder} is a folder, not a packed dataset; pack it first: {command}")
+
+
 def read_header(path: str | os.PathLike) -> Header | TableHeader:
     """Read and validate the header of `path` (either version), and check the file holds every byte it announces."""
     path = Path(path)
     if not path.exists():
         raise FormatError(f"{path} does not exist; pack a dataset first with gpufeed pack SRC {path}")
     if path.is_dir():
-        raise FormatError(f"{path} is a folder; pack it first with gpufeed pack {path} OUT.gpuf")
+        raise folder_error(path)
     size = path.stat().st_size
     raw = _read_json(path, size)
     version = header_field(raw, "version", int, path)
