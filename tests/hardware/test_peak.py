@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 
 from gpufeed.hardware.na import NA
-from gpufeed.hardware.peak import cpu_peak, cpu_peaks, gpu_peaks, peak_table
+from gpufeed.hardware.peak import cpu_peak, cpu_peaks, gpu_peaks, peak_table, proven_peaks
 from gpufeed.hardware.precisions import PRECISIONS
 from gpufeed.hardware.probe import CpuInfo, probe_cpu
 
@@ -67,6 +67,28 @@ def test_clock_fallbacks_say_which_clock():
     assert "current clock; max and base unknown" in current.derivation and "= 0.269 TFLOP/s" in current.derivation
     none = cpu_peak(fake_cpu(["avx512f"], max_mhz=NA("vm")), "fp32")
     assert none.tflops is None and "no CPU clock" in none.derivation
+
+
+def test_a_figure_above_the_peak_at_the_clock_read_proves_a_faster_clock():
+    """2 cores at the current clock 2.0 GHz, AVX-512 (64 fp32, 32 fp64 FLOPs/cycle): fp32 0.256, fp64 0.128
+    TFLOP/s. An fp32 matmul at 0.300 TFLOP/s is 117% of it: the cores ran at 2.0 x 0.300 / 0.256 = 2.34375 GHz
+    at least, so every CPU peak is taken there: fp32 0.300 (the figure itself), fp64 0.150, "at least"."""
+    cpu = fake_cpu(["avx512f"], cores=2, max_mhz=NA("vm"), current_mhz=2000.0)
+    peaks = [cpu_peak(cpu, "fp32"), cpu_peak(cpu, "fp64"), cpu_peak(cpu, "tf32")]
+    assert [peak.clock for peak in peaks[:2]] == ["current", "current"] and peaks[0].upper_bound  # no cpus.json row
+    both = proven_peaks(peaks, [("cpu", "fp32", 0.300, "matmul 1024")])[0]
+    assert both.lower_bound and both.bound_word() == ""  # FLOPs/cycle a ceiling, clock a floor: neither bound
+    peaks = [dataclasses.replace(peak, upper_bound=False) for peak in peaks]  # as for a CPU with a row
+    raised = proven_peaks(peaks, [("cpu", "fp32", 0.300, "matmul 1024"), ("cpu", "fp64", 0.120, "matmul 1024")])
+    fp32, fp64, tf32 = raised
+    assert fp32.tflops == pytest.approx(0.300) and fp64.tflops == pytest.approx(0.150) and tf32 == peaks[2]
+    assert fp32.clock_mhz == pytest.approx(2343.75) and fp32.clock == "proven" and fp32.lower_bound
+    assert fp32.bound_word() == "at least " and fp32.bound_word(of_peak=True) == "at most "
+    assert "2.34 GHz, the clock the measurements prove (matmul 1024 ran at 0.300 TFLOP/s, 117% of its peak" \
+        in fp32.derivation and "at the current clock 2.00 GHz" in fp32.derivation
+    assert max(tflops / peak.tflops for peak, tflops in zip(raised[:2], (0.300, 0.120), strict=True)) == pytest.approx(1.0)
+    # no figure above its peak: nothing changes
+    assert proven_peaks(peaks, [("cpu", "fp32", 0.200, "matmul 1024")]) == peaks
 
 
 def test_unknowns_are_reasons_not_crashes():

@@ -10,6 +10,7 @@ measured: the second value returned lists it as "what: why".
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -96,6 +97,12 @@ def _error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {first[:200]}"
 
 
+def with_fractions_of_peak(kernels: list[KernelResult], peaks: PeakTable) -> list[KernelResult]:
+    """The kernels with their fractions of peak computed again against `peaks` (after `proven_peaks`)."""
+    return [dataclasses.replace(k, fraction_of_peak=_fraction(peaks, k.device, k.precision, k.tflops))
+            for k in kernels]
+
+
 def _fraction(peaks: PeakTable | None, label: str, precision: str, tflops: float) -> float | None:
     peak = (peaks or {}).get((label, precision))
     return tflops / peak if isinstance(peak, (int, float)) and peak > 0 else None
@@ -112,7 +119,7 @@ def _measure(op: str, device: torch.device, precision: str, size: str, call: Cal
     return KernelResult(op=op, device=label, precision=precision, size=size, flops=flops,
                         seconds_median=timing.median_s, seconds_min=timing.min_s, seconds_max=timing.max_s,
                         runs=timing.runs, tflops=tflops, fraction_of_peak=_fraction(peaks, label, precision, tflops),
-                        tf32_matmul=tf32_matmul, tf32_cudnn=tf32_cudnn)
+                        tf32_matmul=tf32_matmul, tf32_cudnn=tf32_cudnn, spread=timing.spread)
 
 
 def _random(shape: tuple[int, ...], precision: str, device: torch.device, seed: int = 0) -> torch.Tensor:

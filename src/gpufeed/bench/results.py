@@ -27,6 +27,7 @@ class KernelResult:
     fraction_of_peak: float | None  # None when the peak for this device and precision is unknown
     tf32_matmul: bool | None  # torch.backends.cuda.matmul.allow_tf32 during the run (None on the CPU)
     tf32_cudnn: bool | None  # torch.backends.cudnn.allow_tf32 during the run (None on the CPU)
+    spread: float | None = None  # slowest / fastest repeat (measure.timing.spread), as every view prints it
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class TrainStepResult:
     seconds_max: float
     runs: int
     speedup_vs_cpu_fp32: float | None  # this figure / the CPU's fp32 figure for the same model and batch
+    spread: float | None = None  # slowest / fastest repeat (measure.timing.spread)
 
 
 @dataclass(frozen=True)

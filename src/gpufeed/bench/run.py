@@ -17,7 +17,7 @@ import torch
 from gpufeed.bench.budget import NO_BUDGET, QUICK_KERNELS_S, QUICK_MEASUREMENT_S, QUICK_STEPS_S, Budget
 from gpufeed.bench.busy import judge, read_cpu, usable_cores
 from gpufeed.bench.gpu_answer import ANSWER_BATCH, cpu_step_to_beat, estimate_gpus
-from gpufeed.bench.kernels import conv_benchmark, matmul_sweep
+from gpufeed.bench.kernels import conv_benchmark, matmul_sweep, with_fractions_of_peak
 from gpufeed.bench.link import measure_link
 from gpufeed.bench.results import BenchResult, GpuAnswer, KernelResult, PrecisionRun, TrainStepResult
 from gpufeed.bench.steps import precision_runs, train_step_benchmark
@@ -25,7 +25,7 @@ from gpufeed.bench.summary import summarise
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.devices import resolve_device
 from gpufeed.hardware.na import is_na
-from gpufeed.hardware.peak import Peak, cpu_peaks, gpu_peaks, peak_table
+from gpufeed.hardware.peak import Peak, cpu_peaks, gpu_peaks, peak_table, proven_peaks
 from gpufeed.hardware.precisions import PRECISIONS
 from gpufeed.hardware.probe import MachineInfo, probe_cpu, probe_machine
 
@@ -202,6 +202,8 @@ def run_bench(devices: list[torch.device], precisions: tuple[str, ...], quick: b
     peaks, unmeasured = _peaks(devices), list(machine.unmeasured)
     steps = _steps(devices, precisions, sweep, quick, say, unmeasured)
     kernels, links = _kernels(devices, precisions, sweep, quick, peaks, say, unmeasured)
+    peaks = proven_peaks(peaks, [(k.device, k.precision, k.tflops, f"{k.op} {k.size}") for k in kernels])
+    kernels = with_fractions_of_peak(kernels, peak_table(peaks))
     runs = _precision_runs(devices, precisions, sweep, say, unmeasured)
     busy = judge(start, read_cpu(), usable_cores(), _timings(kernels, steps))
     estimate = _gpu_answer(devices, machine, steps, say, unmeasured)
@@ -223,11 +225,14 @@ def _with_speedups(steps: list[TrainStepResult]) -> list[TrainStepResult]:
             for s in steps]
 
 
-def peaks_by_device(peaks: list[Peak]) -> tuple[dict, dict]:
-    """({device: {precision: TFLOP/s or None}}, {device: {precision: derivation}}) for the JSON output."""
+def peaks_by_device(peaks: list[Peak]) -> tuple[dict, dict, dict]:
+    """({device: {precision: TFLOP/s or None}}, {device: {precision: derivation}}, {device: {precision: bound}})
+    for the JSON output; a bound is "at most", "at least" or "" (`Peak.bound_word`), said of the peak."""
     values: dict = {}
     derivations: dict = {}
+    bounds: dict = {}
     for peak in peaks:
         values.setdefault(peak.device, {})[peak.precision] = peak.tflops
         derivations.setdefault(peak.device, {})[peak.precision] = peak.derivation
-    return values, derivations
+        bounds.setdefault(peak.device, {})[peak.precision] = peak.bound_word().strip()
+    return values, derivations, bounds

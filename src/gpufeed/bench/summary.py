@@ -6,6 +6,7 @@ from gpufeed.bench.busy import busy_sentence
 from gpufeed.bench.gpu_answer import answer_sentence
 from gpufeed.bench.link import link_advice
 from gpufeed.bench.results import BenchResult, KernelResult, TrainStepResult
+from gpufeed.hardware.peak import Peak
 
 
 def _best(kernels: list[KernelResult], device: str, precision: str, op: str = "matmul") -> KernelResult | None:
@@ -45,11 +46,15 @@ def _precision_sentence(steps: list[TrainStepResult]) -> str | None:
             f"(batch {step.batch_size}).")
 
 
-def _peak_sentence(kernels: list[KernelResult], device: str, precision: str) -> str | None:
+def _peak_sentence(kernels: list[KernelResult], peaks: list[Peak], device: str, precision: str) -> str | None:
     best = _best(kernels, device, precision)
     if best is None:
         return None
-    share = "" if best.fraction_of_peak is None else f", {best.fraction_of_peak:.0%} of its {precision} peak"
+    peak = next((p for p in peaks if (p.device, p.precision) == (device, precision)), None)
+    bound = "" if peak is None else peak.bound_word(of_peak=True)
+    clock = "" if peak is None or peak.clock is None else f" at the {peak.clock} clock, {peak.clock_mhz / 1000:.2f} GHz"
+    share = ("" if best.fraction_of_peak is None else
+             f", {bound}{best.fraction_of_peak:.0%} of its {precision} peak{clock}")
     return f"{device} reached {best.tflops:.2f} TFLOP/s in {precision} matrix products ({best.size}{share})."
 
 
@@ -64,7 +69,7 @@ def summarise(result: BenchResult) -> list[str]:
     devices = result.settings["devices"]
     for device in devices:
         precision = "fp32" if device == "cpu" else "bf16"
-        sentences.append(_peak_sentence(result.kernels, device, precision))
+        sentences.append(_peak_sentence(result.kernels, result.peaks, device, precision))
         if device != "cpu" and "cpu" in devices:
             size = _crossover(result.kernels, device)
             sentences.append(f"The GPU overtakes the CPU at matrix size {size} in fp32." if size else

@@ -47,11 +47,15 @@ def _kernel_table(result) -> Table:
     table = Table(title="matrix products and convolution (multiply-add = 2 FLOPs)")
     for column in ("op", "device", "precision", "size", "TFLOP/s", "of peak", "median ms", "spread", "runs"):
         table.add_column(column, justify="right" if column not in ("op", "device", "precision", "size") else "left")
+    peaks = {(peak.device, peak.precision): peak for peak in result.peaks}
     for kernel in result.kernels:
-        spread = (kernel.seconds_max - kernel.seconds_min) / kernel.seconds_median if kernel.seconds_median else 0
+        ratio = kernel.spread
+        peak = peaks.get((kernel.device, kernel.precision))
+        bound = "" if peak is None else {"at most ": "≤", "at least ": "≥"}.get(peak.bound_word(of_peak=True), "")
         table.add_row(kernel.op, kernel.device, kernel.precision, kernel.size, f"{kernel.tflops:.3f}",
-                      "NA" if kernel.fraction_of_peak is None else f"{kernel.fraction_of_peak:.0%}",
-                      f"{kernel.seconds_median * 1e3:.3f}", f"{spread:.0%}", str(kernel.runs))
+                      "NA" if kernel.fraction_of_peak is None else f"{bound}{kernel.fraction_of_peak:.0%}",
+                      f"{kernel.seconds_median * 1e3:.3f}", "NA" if ratio is None else f"{ratio:.1f}x",
+                      str(kernel.runs))
     return table
 
 
@@ -80,7 +84,7 @@ def _gpu_table(answer) -> Table:
 
 def _show(result) -> None:
     for peak in result.peaks:
-        value = "NA" if peak.tflops is None else f"{'at most ' if peak.upper_bound else ''}{peak.tflops:.3f} TFLOP/s"
+        value = "NA" if peak.tflops is None else f"{peak.bound_word()}{peak.tflops:.3f} TFLOP/s"
         console.print(f"peak {peak.device} {peak.precision}: {value} — {peak.derivation}")
     console.print(_kernel_table(result))
     console.print(_steps_table(result))
@@ -120,6 +124,6 @@ def run(args) -> int:
         from gpufeed.cli.output import to_jsonable
 
         document = to_jsonable(result)
-        document["peaks"], document["peak_derivations"] = peaks_by_device(result.peaks)
+        document["peaks"], document["peak_derivations"], document["peak_bounds"] = peaks_by_device(result.peaks)
         emit_document(document, "bench", args, machine=document["machine"])
     return 0

@@ -9,14 +9,16 @@ and a Xeon Silver has one 512-bit FMA unit (half the figure). A fused multiply-a
 neither the flags nor the table can say, and what is assumed instead:
 - the clock under load: the max (turbo) clock when known, else the base clock, else the current clock as psutil
   reads it (in a VM, usually the nominal clock); heavy AVX-512 and AMX code often runs below the max, so a peak
-  at the max clock is optimistic, while one at the base or current clock can be exceeded under turbo (a fraction
-  of peak above 1 then means the cores ran faster than the clock the peak assumes);
+  at the max clock is optimistic, while one at the base or current clock can be exceeded under turbo. A figure
+  above its peak proves a faster clock: bench recomputes the CPU's peaks at the clock its measurements prove
+  (`proven_peaks`), then "at least" that, so that no figure is above 100% of its peak;
 - that every physical core runs the kernel (hyper-threads share a core's FMA units, so they add nothing).
 A GPU's peak is the dense figure of its row in `hardware/gpus.json` (sourced and dated), or unknown.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -34,6 +36,15 @@ class Peak:
     tflops: float | None  # dense, not sparse
     derivation: str  # how it was obtained, or why it is unknown
     upper_bound: bool = False  # no row for this CPU in hardware/cpus.json: the most its instruction set allows
+    lower_bound: bool = False  # at a clock the measurements prove (`proven_peaks`): the peak is at least this
+    clock_mhz: float | None = None  # a CPU's clock the figure assumes
+    clock: str | None = None  # which clock: "max", "base", "current" (as the OS gives them) or "proven"
+
+    def bound_word(self, of_peak: bool = False) -> str:
+        """'at most ' / 'at least ' before the peak (`of_peak`: before a fraction of it, the other way), or ''."""
+        if self.upper_bound == self.lower_bound:
+            return ""
+        return "at most " if self.upper_bound != of_peak else "at least "
 
 
 class IsaRate(NamedTuple):
@@ -138,7 +149,41 @@ def cpu_peak(cpu: CpuInfo, precision: str, device: str = "cpu") -> Peak:
                   f"FLOPs/cycle ({how}) = {tflops:.3f} TFLOP/s")
     if upper:
         derivation = f"upper bound ({find_cpu_row(cpu).reason}): {derivation}"
-    return Peak(device, precision, tflops, derivation, upper_bound=upper)
+    return Peak(device, precision, tflops, derivation, upper_bound=upper, clock_mhz=mhz,
+                clock=clock_note.split(" ", 1)[0])
+
+
+def proven_peaks(peaks: Iterable[Peak], measured: Iterable[tuple[str, str, float, str]]) -> list[Peak]:
+    """The CPU peaks again at the clock the measurements prove, when a figure beats its peak at the clock read.
+
+    `measured` is (device, precision, TFLOP/s, what) per figure. A figure at X% of a peak computed at clock C
+    proves the cores ran at X% × C at least (the FLOPs per cycle being the most the core does); the fastest such
+    clock over every precision, when above C, replaces it in every CPU peak, which is then `lower_bound` ("at
+    least"), so no figure is above 100% of its peak. GPU peaks and peaks no figure beats are returned unchanged.
+    Without a max clock from the OS (no cpufreq in most VMs) the clock read is the base or current one, and
+    turbo beats it."""
+    peaks = list(peaks)
+    by_key = {(peak.device, peak.precision): peak for peak in peaks}
+    best_mhz, proof = 0.0, ""
+    for device, precision, tflops, what in measured:
+        peak = by_key.get((device, precision))
+        if peak is None or peak.tflops is None or peak.clock_mhz is None or peak.tflops <= 0:
+            continue
+        implied = peak.clock_mhz * tflops / peak.tflops
+        if implied > best_mhz:
+            best_mhz, proof = implied, f"{what} ran at {tflops:.3f} TFLOP/s, {tflops / peak.tflops:.0%} of its peak"
+    raised = []
+    for peak in peaks:
+        if peak.tflops is None or peak.clock_mhz is None or best_mhz <= peak.clock_mhz:
+            raised.append(peak)
+            continue
+        tflops = peak.tflops * best_mhz / peak.clock_mhz
+        derivation = (f"at least {tflops:.3f} TFLOP/s at {best_mhz / 1000:.2f} GHz, the clock the measurements "
+                      f"prove ({proof} at the {peak.clock} clock {peak.clock_mhz / 1000:.2f} GHz); at the "
+                      f"{peak.clock} clock: {peak.derivation}")
+        raised.append(dataclasses.replace(peak, tflops=tflops, derivation=derivation, lower_bound=True,
+                                          clock_mhz=best_mhz, clock="proven"))
+    return raised
 
 
 def cpu_peaks(cpu: CpuInfo, device: str = "cpu") -> list[Peak]:

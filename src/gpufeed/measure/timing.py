@@ -25,6 +25,12 @@ CUDA_METHOD = "cuda events"
 WALL_CLOCK_METHOD = "wall clock (perf_counter)"
 
 
+def spread(min_s: float, max_s: float) -> float | None:
+    """The spread of a measurement's repeats: its slowest over its fastest (1.0: all alike). The one definition
+    bench's table, its summary and its page all print, as "1.3x"; None without a positive fastest repeat."""
+    return max_s / min_s if min_s > 0 else None
+
+
 @dataclass(frozen=True)
 class Timing:
     """Seconds per call: median, min and max over `runs` timed calls after `warmup` untimed ones."""
@@ -37,8 +43,9 @@ class Timing:
     method: str  # "cuda events" or "wall clock (perf_counter)"
 
     @property
-    def spread(self) -> float:
-        return (self.max_s - self.min_s) / self.median_s if self.median_s > 0 else 0.0
+    def spread(self) -> float | None:
+        """`spread(min_s, max_s)`: the slowest repeat over the fastest."""
+        return spread(self.min_s, self.max_s)
 
 
 def synchronize(device: torch.device) -> None:

@@ -27,12 +27,13 @@ def bench_page(document: dict) -> Page:
     _conditions(page, document.get("machine_busy"))
     _gpu_estimate_section(page, document.get("gpu_estimate"))
     kernels = document.get("kernels") or []
-    _matmul_section(page, [k for k in kernels if k["op"] == "matmul"])
+    _matmul_section(page, [k for k in kernels if k["op"] == "matmul"], document.get("peak_bounds"))
     _peak_section(page, document, [k for k in kernels if k["op"] == "matmul"])
     convolutions = [k for k in kernels if k["op"] == "conv2d"]
     if convolutions:
         page.heading("Convolution")
-        _kernel_table(page, convolutions, "One 3x3 convolution layer (batch, in->out channels, image, kernel)")
+        _kernel_table(page, convolutions, "One 3x3 convolution layer (batch, in->out channels, image, kernel)",
+                      document.get("peak_bounds"))
     _train_section(page, document.get("train_steps") or [])
     _link_section(page, document)
     _precision_section(page, document.get("precision_runs") or [])
@@ -46,8 +47,12 @@ def _conditions(page: Page, busy: dict | None) -> None:
     if not busy:
         return
     steal = "n/a" if busy.get("steal_share") is None else percent(busy["steal_share"], 1)
-    spread = "none over 1 ms" if busy.get("worst_spread") is None else (
+    spread = "none" if busy.get("worst_spread") is None else (
         f"{busy['worst_spread']:.1f}x ({busy.get('worst_spread_measurement')})")
+    if busy.get("worst_spread_counted") != busy.get("worst_spread") and "worst_spread_counted" in busy:
+        counted = busy["worst_spread_counted"]
+        spread += (f"; of repeats over 1 ms apart, the limit's concern, "
+                   f"{'none' if counted is None else f'{counted:.1f}x'}")
     verdict = "Figures unreliable: " + "; ".join(busy["reasons"]) + "." if busy.get("busy") else "Machine quiet."
     page.paragraph(f"{verdict} Over the bench's {busy['window_s']:.0f} s: other processes used "
                    f"{percent(busy['other_processes_cpu_share'], 0)} of {busy['usable_cores']} usable cores, steal "
@@ -139,7 +144,7 @@ def _size_chart(series: dict, ylabel: str, log_y: bool):
     return figure, axes
 
 
-def _matmul_section(page: Page, matmuls: list[dict]) -> None:
+def _matmul_section(page: Page, matmuls: list[dict], bounds: dict | None = None) -> None:
     page.heading("Matrix products")
     if not matmuls:
         page.paragraph("No matrix product was measured (see Not measured).")
@@ -147,7 +152,7 @@ def _matmul_section(page: Page, matmuls: list[dict]) -> None:
     series = _series(matmuls, lambda row: row["tflops"] if row["tflops"] > 0 else None)  # zero: no time measured
     if not series:
         page.paragraph("No matrix product has a positive TFLOP/s to draw on a log scale; the table lists them.")
-        _kernel_table(page, matmuls, "Every matrix product measured (n³: n x n times n x n)")
+        _kernel_table(page, matmuls, "Every matrix product measured (n³: n x n times n x n)", bounds)
         return
     figure, axes = _size_chart(series, "TFLOP/s (log scale)", log_y=True)
     marked = []
@@ -169,18 +174,25 @@ def _matmul_section(page: Page, matmuls: list[dict]) -> None:
                 if marked else "")
     page.chart(figure, f"Matrix-product throughput in TFLOP/s (log scale) against matrix size n (log scale), per "
                        f"device (CPU dashed) and precision, median of each size's runs. {crossing}")
-    _kernel_table(page, matmuls, "Every matrix product measured (n³: n x n times n x n)")
+    _kernel_table(page, matmuls, "Every matrix product measured (n³: n x n times n x n)", bounds)
 
 
-def _kernel_table(page: Page, rows: list[dict], caption: str) -> None:
+FRACTION_BOUND = {"at least": "≤", "at most": "≥"}  # a fraction of a peak that is at least X is at most Y%
+
+
+def _kernel_table(page: Page, rows: list[dict], caption: str, bounds: dict | None = None) -> None:
     tf32 = any(row.get("tf32_matmul") is not None or row.get("tf32_cudnn") is not None for row in rows)
-    headers = ["device", "precision", "size", "TFLOP/s", "of peak", "median ms", "min-max ms", "runs"]
+    headers = ["device", "precision", "size", "TFLOP/s", "of peak", "median ms", "min-max ms", "spread", "runs"]
     body = []
     for row in rows:
         size = f"{matrix_size(row['size'])}³" if row["op"] == "matmul" else row["size"]
-        cells = [row["device"], row["precision"], size, f"{row['tflops']:.3g}", share(row.get("fraction_of_peak")),
+        bound = FRACTION_BOUND.get((bounds or {}).get(row["device"], {}).get(row["precision"], ""), "")
+        of_peak = share(row.get("fraction_of_peak"))
+        cells = [row["device"], row["precision"], size, f"{row['tflops']:.3g}",
+                 of_peak if row.get("fraction_of_peak") is None else bound + of_peak,
                  milliseconds(row["seconds_median"]),
-                 f"{milliseconds(row['seconds_min'])}-{milliseconds(row['seconds_max'])}", row["runs"]]
+                 f"{milliseconds(row['seconds_min'])}-{milliseconds(row['seconds_max'])}",
+                 "n/a" if row.get("spread") is None else f"{row['spread']:.1f}x", row["runs"]]
         if tf32:
             flags = (row.get("tf32_matmul"), row.get("tf32_cudnn"))
             cells.append("n/a" if flags == (None, None) else f"{number(flags[0])} / {number(flags[1])}")
@@ -197,12 +209,19 @@ def _peak_section(page: Page, document: dict, matmuls: list[dict]) -> None:
         axes.axhline(100, color="black", linewidth=1, linestyle=":", label="peak (100%)")
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
         page.chart(figure, "Matrix-product throughput as a percentage of the device's dense peak for that precision "
-                           "(table below), against matrix size n (log scale); over 100%: the peak underestimates the "
-                           "device (on a CPU, usually a clock above the one assumed).")
+                           "(table below), against matrix size n (log scale). A CPU's peak assumes a clock; where a "
+                           "figure beat the peak at the clock read, the peak is taken at the clock the figures prove "
+                           "(at least that), so no share exceeds 100%.")
     else:
         page.paragraph("No peak is known for any device and precision measured, so no share of it is shown.")
     peaks, derivations = document.get("peaks") or {}, document.get("peak_derivations") or {}
-    rows = [(device, precision, "unknown" if value is None else f"{value:.4g}",
+    bounds = document.get("peak_bounds") or {}
+
+    def shown(device: str, precision: str, value: float) -> str:
+        bound = (bounds.get(device) or {}).get(precision) or ""
+        return f"{bound} {value:.4g}".strip()
+
+    rows = [(device, precision, "unknown" if value is None else shown(device, precision, value),
              (derivations.get(device) or {}).get(precision, ""))
             for device, by_precision in peaks.items() for precision, value in by_precision.items()]
     page.table(["device", "precision", "peak TFLOP/s", "how it was obtained"], rows,
