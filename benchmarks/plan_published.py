@@ -8,7 +8,10 @@ traced on fake tensors at the published batch size, precision and layout (SGD), 
 row at the default efficiencies, images/s against the published figure, and the band. Then the fit: the
 (compute, memory) efficiency pair on a 0.01 grid with the smallest largest error on the ResNet-50 figures,
 what it gives on the held-out ResNeXt figures, and each ResNet-50 figure predicted from a fit to the other three.
-Nothing is timed here: every figure is arithmetic on a trace, the same on any machine with the same torch.
+Last, a user's model file as `gpufeed plan --model FILE.py:factory` traces it (`plan.run.trace_options`): the
+same two models from a file, NCHW by default and with `--channels-last`, against the published channels_last
+(NHWC, mixed-precision) figures. Nothing is timed here: every figure is arithmetic on a trace, the same on any
+machine with the same torch.
 """
 
 from __future__ import annotations
@@ -44,6 +47,44 @@ def fit(traces, figures):
     return min(itertools.product(GRID, GRID), key=lambda pair: worst(traces, figures, *pair))
 
 
+USER_FILE = """from gpufeed.plan.published import resnext101_32x4d
+from gpufeed.train.models import build_model
+
+
+def resnet50():
+    return build_model("resnet50", (3, 224, 224), 1000)
+"""
+
+
+def users_file_rows() -> None:
+    """The published NHWC figures planned as a user's model file, by the planner's own trace options."""
+    import tempfile
+    from pathlib import Path
+
+    from gpufeed.plan.run import PlanRequest, layout_of, model_factory, trace_options
+
+    names = {"resnet50": "resnet50", "resnext101-32x4d": "resnext101_32x4d"}
+    print("\n| model, from a file | GPU | precision | batch | planned layout | published img/s (NHWC) | "
+          "predicted img/s | error |")
+    print("|---|---|---|---:|---|---:|---:|---:|")
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "user_models.py"
+        path.write_text(USER_FILE, encoding="utf-8")
+        for figure in (figure for figure in PUBLISHED if figure.channels_last):
+            for channels_last in (None, True):
+                request = PlanRequest(model=f"{path}:{names[figure.model]}", input_shape=SHAPE, num_classes=1000,
+                                      batch_size=figure.batch_size, precision=figure.precision,
+                                      optimizer="sgd", channels_last=channels_last)
+                factory = model_factory(request.model, SHAPE, 1000)
+                traffic = trace_traffic(factory, SHAPE, figure.batch_size, 1000, figure.precision, "sgd",
+                                        **trace_options(request))
+                rate = figure.batch_size / step_time(traffic, match_gpu(figure.gpu), DEFAULT_EFFICIENCY).seconds
+                flag = " (--channels-last)" if channels_last else " (default)"
+                print(f"| {figure.model} | {figure.gpu} | {figure.precision} | {figure.batch_size} | "
+                      f"{layout_of(request)}{flag} | {figure.images_per_s:,.0f} | {rate:,.0f} | "
+                      f"{rate / figure.images_per_s - 1:+.1%} |")
+
+
 def main() -> None:
     print(f"torch {torch.__version__}, Python {platform.python_version()}, {platform.machine()}")
     traces = {figure: trace_traffic(FACTORIES[figure.model], SHAPE, figure.batch_size, 1000, figure.precision,
@@ -73,6 +114,7 @@ def main() -> None:
               f"{rate / left_out.images_per_s - 1:+.1%}")
     for figure in PUBLISHED:
         print(f"  source: {figure.source}")
+    users_file_rows()
 
 
 if __name__ == "__main__":

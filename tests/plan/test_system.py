@@ -9,6 +9,7 @@ from gpufeed.hardware.catalog import match_gpu
 from gpufeed.plan.hosts import system_to_buy
 from gpufeed.plan.system import (
     GIB,
+    Feeding,
     cpu_cores_needed,
     disk,
     host_ram,
@@ -104,8 +105,9 @@ def test_link_lanes_for_several_cards():
 def test_plan_host_puts_it_together():
     spec = dataclasses.replace(match_gpu("4090"), memory_bytes=24 * GIB, tdp_w=300.0, pcie_generation=4)
     plan = plan_host(spec, system_to_buy(spec, 4), dataset_bytes=10 * GIB, cache_dataset=True,
-                     parameters=1_000_000, optimizer="adamw", samples_per_s_per_gpu=10_000, bytes_per_sample=3072,
-                     per_core_rate=(10_000.0, "stated"), cpu_tdp_w=150, link=(3, 4), source_bytes=GIB)
+                     parameters=1_000_000, optimizer="adamw", samples_per_s_per_gpu=10_000,
+                     feeding=Feeding(3072, per_core_rate=(10_000.0, "stated")), cpu_tdp_w=150, link=(3, 4),
+                     source_bytes=GIB)
     assert plan.system == "a workstation with 4 cards" and plan.system_gpus == 4 and plan.systems == 1
     # 4 x 300 + 150 + 100 = 1450 W x 1.25 = 1812.5 -> 2000 W; RAM 96 GiB at least, 192 GiB ideally
     assert plan.psu_watts == 2000 and plan.ram_bytes == 192 * GIB and plan.ram_minimum_bytes == 96 * GIB
@@ -120,8 +122,8 @@ def test_plan_host_puts_it_together():
 def test_one_4090_needs_24_gib_of_ram_at_least_and_48_ideally():
     spec = match_gpu("4090")
     plan = plan_host(spec, system_to_buy(spec, 1), dataset_bytes=1_281_167 * 3 * 224 * 224, cache_dataset=True,
-                     parameters=25_557_032, optimizer="sgd", samples_per_s_per_gpu=1300, bytes_per_sample=150_528,
-                     per_core_rate=(5000.0, "stated"))
+                     parameters=25_557_032, optimizer="sgd", samples_per_s_per_gpu=1300,
+                     feeding=Feeding(150_528, per_core_rate=(5000.0, "stated")))
     assert (plan.ram_minimum_bytes, plan.ram_bytes) == (24 * GIB, 48 * GIB)
     assert plan.ram_cache_bytes == 256 * GIB  # keeping ImageNet in the page cache is the choice apart
     assert plan.psu_watts == 1000  # 450 + 150 + 100 = 700 W x 1.25 = 875 -> 1000 W
@@ -130,8 +132,8 @@ def test_one_4090_needs_24_gib_of_ram_at_least_and_48_ideally():
 def test_one_b200_is_an_eight_gpu_server_not_a_1600_watt_workstation():
     spec = match_gpu("b200")
     plan = plan_host(spec, system_to_buy(spec, 1), dataset_bytes=GIB, cache_dataset=False, parameters=10**6,
-                     optimizer="sgd", samples_per_s_per_gpu=10_000, bytes_per_sample=150_528,
-                     per_core_rate=(5000.0, "stated"))
+                     optimizer="sgd", samples_per_s_per_gpu=10_000,
+                     feeding=Feeding(150_528, per_core_rate=(5000.0, "stated")))
     assert plan.system_gpus == 8 and "8-GPU SXM baseboard server" in plan.system
     # RAM for 8 x 180 GiB: 1,440 GiB -> 1,536 GiB at least, 2,880 GiB -> 3,072 GiB ideally
     assert (plan.ram_minimum_bytes, plan.ram_bytes) == (1536 * GIB, 3072 * GIB)

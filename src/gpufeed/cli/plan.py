@@ -60,6 +60,17 @@ def register(subparsers) -> None:
     parser.add_argument("--source-gib", type=float, default=None, metavar="GIB",
                         help="the files the dataset is packed from, GiB, kept on the disk (default: as large as "
                              "the packed dataset)")
+    parser.add_argument("--encoding", choices=("jpeg", "raw"),
+                        help="without --data: the samples are stored as JPEG (or raw pixels) at --max-side, as "
+                             "gpufeed pack --max-side packs photos; sizes the data and measures the decode here")
+    parser.add_argument("--max-side", type=int, metavar="N",
+                        help="with --encoding: the longest side the images are stored at (default 256)")
+    parser.add_argument("--decode", choices=("cpu", "gpu"), default="cpu",
+                        help="where the planned machine decodes JPEG samples: the CPU's cores (default) or the GPU "
+                             "(nvImageCodec, pip install 'gpufeed[nvjpeg]'); the other case's cores are printed too")
+    parser.add_argument("--channels-last", action="store_true", default=None,
+                        help="plan a model file's convolutions in channels_last (our models always are; a user's "
+                             "file is planned NCHW unless this is given)")
     parser.add_argument("--check", action="store_true", help="also run the step here and compare")
     add_json_flag(parser)
     add_html_flag(parser)
@@ -70,6 +81,12 @@ def _request(args):
     from gpufeed.plan.run import PlanRequest, parse_input_shape
 
     shape, classes, size, stored = (3, 32, 32), 10, 50_000, None
+    if args.data and args.encoding:
+        raise ConfigError("--encoding states how samples are stored when there is no --data; --data's file says "
+                          "it: leave --encoding out")
+    if args.max_side is not None and (args.max_side <= 0 or not args.encoding):
+        raise ConfigError("--max-side N (a positive number of pixels) goes with --encoding jpeg|raw, e.g. "
+                          "--encoding jpeg --max-side 256")
     if args.data:
         shape, classes, size, stored = data_defaults(args)
     if args.input:
@@ -79,7 +96,9 @@ def _request(args):
                        dataset_size=args.dataset_size or size, epochs=args.epochs, gpus=args.gpus,
                        target_hours=args.target_hours, bytes_per_sample=stored, host_gpu=args.host_gpu,
                        grad_accumulation=args.grad_accumulation,
-                       source_bytes=None if args.source_gib is None else round(args.source_gib * 2**30))
+                       source_bytes=None if args.source_gib is None else round(args.source_gib * 2**30),
+                       data=args.data, encoding=None if args.data else args.encoding, max_side=args.max_side,
+                       decode=args.decode, channels_last=args.channels_last)
 
 
 def data_defaults(args) -> tuple[tuple[int, int, int], int, int, int]:
@@ -111,7 +130,10 @@ def _memory(plan) -> None:
     memory, request = plan.memory, plan.request
     batch = (f"batch {request.batch_size} per GPU" if request.grad_accumulation == 1 else
              f"micro-batch {request.batch_size} x {request.grad_accumulation} per GPU")
-    console.print(f"[bold]{request.model}[/bold]: {plan.params:,} parameters, input {request.input_shape}, "
+    from gpufeed.plan.run import layout_of
+
+    console.print(f"[bold]{request.model}[/bold]: {plan.params:,} parameters, input {request.input_shape} "
+                  f"{layout_of(request)}, "
                   f"{batch}, {request.optimizer}, {request.precision}")
     console.print(f"loop planned: {memory.step_order}")
     table = Table(title="device memory per GPU (traced on fake tensors)")
@@ -134,7 +156,13 @@ def _host(plan) -> None:
     console.print(f"to buy around {plan.host_gpu}: {host.system}")
     console.print(f"  RAM at least {_gib(host.ram_minimum_bytes)}, ideally {_gib(host.ram_bytes)}: {host.ram_reason}")
     console.print(f"  RAM to keep the dataset in the page cache {_gib(host.ram_cache_bytes)}: {host.ram_cache_reason}")
-    console.print(f"  CPU cores {host.cpu_cores}: {host.cpu_reason}")
+    console.print(f"  bytes per sample {host.bytes_per_sample:,}: {host.bytes_reason}")
+    decode = "" if host.cpu_cores_other_decode is None else (
+        ", decoding on the CPU" if host.decode == "cpu" else ", decoding on the GPU (nvImageCodec)")
+    console.print(f"  CPU cores {host.cpu_cores}{decode}: {host.cpu_reason}")
+    if host.cpu_cores_other_decode is not None:
+        other = "--decode gpu" if host.decode == "cpu" else "--decode cpu"
+        console.print(f"  CPU cores {host.cpu_cores_other_decode} with {other}: {host.cpu_other_decode_reason}")
     console.print(f"  disk {_gib(host.disk_bytes)}: {host.disk_reason}")
     console.print(f"  power supply {host.psu_watts:,} W: {host.psu_arithmetic}")
     for note in host.link_notes:

@@ -17,10 +17,11 @@ from gpufeed.hardware.catalog import find_gpu, load_catalog, match_gpu
 from gpufeed.hardware.na import is_na
 from gpufeed.plan.compute import ComputeEstimate, calibrate_efficiency, efficiency_of, estimate_compute
 from gpufeed.plan.hosts import system_to_buy
+from gpufeed.plan.input_cost import measure_input_cost
 from gpufeed.plan.memory import MemoryEstimate, estimate_memory, max_batch_size
 from gpufeed.plan.rank import GpuOption, PrecisionPlan, best_to_buy, planned_precision, rank_gpus, recommend
 from gpufeed.plan.roofline import Efficiency, step_time
-from gpufeed.plan.system import HostPlan, plan_host
+from gpufeed.plan.system import Feeding, HostPlan, plan_host
 from gpufeed.plan.traffic import PLAN_PRECISIONS, trace_traffic
 from gpufeed.train.models import MODELS, build_model
 from gpufeed.train.step import OPTIMIZERS
@@ -43,6 +44,11 @@ class PlanRequest:
     host_gpu: str | None = None  # plan the host around this catalog GPU (default: the best value to buy)
     grad_accumulation: int = 1  # micro-batches of batch_size per optimizer step
     source_bytes: int | None = None  # the files the dataset is packed from (default: as large as the dataset)
+    data: str | None = None  # a packed dataset: its bytes per sample, and the decode rate measured on a sample of it
+    encoding: str | None = None  # without `data`: "jpeg" or "raw", at `max_side` (plan/input_cost.py)
+    max_side: int | None = None
+    decode: str = "cpu"  # where the planned machine decodes JPEG samples: "cpu" or "gpu" (nvImageCodec)
+    channels_last: bool | None = None  # plan the model channels_last; None: ours yes, a user's file no
 
     def __post_init__(self):
         if self.optimizer not in OPTIMIZERS:
@@ -176,11 +182,11 @@ def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
     planned, _ = planned_precision(host_spec, request.precision)
     step = step_time(plan_for(planned).traffic, host_spec, efficiency_of(compute), request.grad_accumulation)
     rate = 0.0 if is_na(step) else request.batch_size * request.grad_accumulation / step.seconds_fast
-    bytes_per_sample = request.bytes_per_sample or int(torch.Size(request.input_shape).numel())
-    dataset_bytes = request.dataset_size * bytes_per_sample
+    feeding = _feeding(request, step)
+    dataset_bytes = request.dataset_size * feeding.bytes_per_sample
     source = dataset_bytes if request.source_bytes is None else request.source_bytes
     host = plan_host(host_spec, system_to_buy(host_spec, request.gpus), dataset_bytes, request.cache_dataset,
-                     params, request.optimizer, rate, bytes_per_sample, source_bytes=source)
+                     params, request.optimizer, rate, feeding, source_bytes=source)
     if request.source_bytes is None:
         unmeasured.append("source files: not given (--source-gib); the disk counts them as large as the dataset")
     return Plan(request=request, params=params, memory=asked.memory, flops_per_step=compute.flops_per_step,
@@ -188,13 +194,39 @@ def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
                 recommendation=recommend(options, request.target_hours), unmeasured=unmeasured)
 
 
+def _feeding(request: PlanRequest, step) -> Feeding:
+    """The input's bytes and per-core staging rate (measured on the pack, or on generated JPEGs for a stated
+    encoding), what crosses the link (decoded uint8 crops, or the JPEG bytes when the GPU decodes), and the
+    table's rate a GPU (the band's middle; the host is sized for its fast end, so the cores never starve it)."""
+    table = None if is_na(step) else request.batch_size * request.grad_accumulation / step.seconds
+    decoded = int(torch.Size(request.input_shape).numel())
+    cost = None
+    if len(request.input_shape) == 3 and (request.data or request.encoding):
+        cost = measure_input_cost(request.data, request.encoding, request.max_side, request.input_shape[1:],
+                                  request.decode)
+    if cost is None:
+        reason = "as given" if request.bytes_per_sample else "the input's element count in uint8 (a fixed-size pack)"
+        return Feeding(request.bytes_per_sample or decoded, reason, table_samples_per_s=table)
+    other = None if cost.other_per_core_rate is None else (cost.other_per_core_rate, cost.other_per_core_reason)
+    crossing = cost.bytes_per_sample if cost.decode == "gpu" else decoded
+    return Feeding(cost.bytes_per_sample, cost.bytes_reason, cost.decode, (cost.per_core_rate, cost.per_core_reason),
+                   other, crossing, table)
+
+
 def trace_options(request: PlanRequest, precision: str | None = None) -> dict:
     """Our own models are planned as `gpufeed train` runs them: channels_last images, bf16 batches under bf16
-    (the feed delivers them so); a user's model as a plain loop would feed it."""
-    if request.model not in MODELS:
-        return {}
+    (the feed delivers them so); a user's model as a plain loop would feed it, NCHW unless `channels_last`."""
+    ours = request.model in MODELS
+    channels_last = ours if request.channels_last is None else request.channels_last
+    if not ours:
+        return {"channels_last": True} if channels_last else {}
     precision = precision or request.precision
-    return {"channels_last": True, "input_dtype": torch.bfloat16 if precision == "bf16" else None}
+    return {"channels_last": channels_last, "input_dtype": torch.bfloat16 if precision == "bf16" else None}
+
+
+def layout_of(request: PlanRequest) -> str:
+    """The memory layout a plan assumed for the model's images, in words."""
+    return "channels_last" if trace_options(request).get("channels_last") else "NCHW (contiguous)"
 
 
 def _host_spec(request: PlanRequest, options: list[GpuOption], catalog):

@@ -32,9 +32,6 @@ HOUSEHOLD_CIRCUIT_W = 1440  # a 120 V 15 A circuit at the 80% continuous-load ru
 WEIGHT_BYTES = 4  # fp32 master weights in a checkpoint, whatever the training precision
 # fp32 optimizer state per parameter, under plan.memory's names: SGD with momentum keeps one buffer, Adam(W) two
 OPTIMIZER_STATE_BYTES = {"adamw": 8, "adam": 8, "sgd": 4}
-# Rule of thumb for decoding a JPEG photo (~500x375) and resizing it to 224 px with Pillow on one core; packed
-# uint8 data (gpufeed's format) needs no decoding and is gathered at memory-copy speed instead.
-JPEG_DECODE_PER_CORE = 150.0
 LINK_SHARE_LIMIT = 0.5  # a feed needing more than this share of the link's theoretical rate will stall the GPU
 DESKTOP_CPU_GPU_LANES = 16  # lanes a desktop CPU gives its x16 slot(s): x16 for one card, x8/x8 for two
 
@@ -65,6 +62,11 @@ class HostPlan:
     system_gpus: int = 1
     systems: int = 1
     reference_system: str | None = None
+    bytes_per_sample: int = 0  # as stored on disk; the disk, page cache and link figures use it
+    bytes_reason: str = ""
+    decode: str = "cpu"  # where the planned machine decodes JPEG samples (cpu_cores counts that case)
+    cpu_cores_other_decode: int | None = None  # the cores for the other case, for a JPEG pack (else None)
+    cpu_other_decode_reason: str = ""
 
 
 def _round_ram(size_bytes: float) -> int:
@@ -112,15 +114,17 @@ def measure_gather_rate(bytes_per_sample: int, batch_size: int = 256, seconds: f
 
 
 def cpu_cores_needed(samples_per_s_needed: float, per_core_decode_rate: float, reason: str,
-                     gpus: int = 1) -> tuple[int, str]:
+                     gpus: int = 1, needed_reason: str = "") -> tuple[int, str]:
     """(cores, reason): ceil(samples/s needed / per-core rate) for the input pipeline, plus one core per GPU for
-    the process that drives it. `reason` says where the per-core rate came from."""
+    the process that drives it. `reason` says where the per-core rate came from, `needed_reason` the rate."""
     if per_core_decode_rate <= 0:
         raise ConfigError(f"per-core decode rate must be positive, got {per_core_decode_rate}")
     feeding = math.ceil(samples_per_s_needed / per_core_decode_rate)
     cores = feeding + gpus
-    text = (f"{samples_per_s_needed:,.0f} samples/s / {per_core_decode_rate:,.0f} per core ({reason}) = "
-            f"{feeding} cores to feed, + {gpus} (one per GPU for its training process) = {cores}")
+    needed = f" ({needed_reason})" if needed_reason else ""
+    text = (f"{samples_per_s_needed:,.0f} samples/s{needed} / {per_core_decode_rate:,.0f} per core ({reason}) = "
+            f"{feeding} core{'s' * (feeding != 1)} to feed, + {gpus} (one per GPU for its training process) = "
+            f"{cores}")
     return cores, text
 
 
@@ -194,19 +198,38 @@ def link_notes(gpu_pcie_generation: int | None, lanes: int | None, samples_per_s
     return tuple(notes)
 
 
+@dataclass(frozen=True)
+class Feeding:
+    """What the input costs the host (plan/input_cost.py): bytes per sample, where the planned machine decodes,
+    the per-core staging rate (samples/s, where from) and the other decode's, and what the GPU rate is."""
+
+    bytes_per_sample: int
+    bytes_reason: str = ""
+    decode: str = "cpu"
+    per_core_rate: tuple[float, str] | None = None  # None: the packed uint8 gather, timed here
+    other_per_core_rate: tuple[float, str] | None = None
+    link_bytes_per_sample: int | None = None  # what crosses PCIe a sample: decoded uint8 crops, or the JPEG bytes
+    table_samples_per_s: float | None = None  # a GPU's rate in the ranked table (its band's middle)
+
+
 def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dataset: bool, parameters: int,
-              optimizer: str, samples_per_s_per_gpu: float, bytes_per_sample: int,
-              per_core_rate: tuple[float, str] | None = None, cpu_tdp_w: float = DEFAULT_CPU_TDP_W,
+              optimizer: str, samples_per_s_per_gpu: float, feeding: Feeding, cpu_tdp_w: float = DEFAULT_CPU_TDP_W,
               link: tuple[int, int] | None = None, source_bytes: int = 0) -> HostPlan:
     """One system of `system.gpus_per_system` cards of `spec` (hosts.system_to_buy), each consuming
-    `samples_per_s_per_gpu`. `per_core_rate` is (samples/s, where from); None measures the packed gather here.
-    `link` is the host link (generation, lanes) when it is narrower than the card's own, e.g. (3, 4) for a
-    Thunderbolt eGPU. `source_bytes`: the files the dataset is packed from, kept on the same disk."""
-    gpus = system.gpus_per_system
+    `samples_per_s_per_gpu`, fed as `feeding` says. `link` is the host link (generation, lanes) when it is narrower
+    than the card's own, e.g. (3, 4) for a Thunderbolt eGPU. `source_bytes`: the files the dataset is packed from,
+    kept on the same disk."""
+    gpus, bytes_per_sample = system.gpus_per_system, feeding.bytes_per_sample
     ram, ram_minimum, ram_reason = host_ram(spec.memory_bytes * gpus)
-    rate, rate_reason = per_core_rate or measure_gather_rate(bytes_per_sample)
+    rate, rate_reason = feeding.per_core_rate or measure_gather_rate(bytes_per_sample)
     feed_rate = samples_per_s_per_gpu * gpus
-    cores, cpu_reason = cpu_cores_needed(feed_rate, rate, rate_reason, gpus)
+    needed = (f"{gpus} x {spec.name} at {samples_per_s_per_gpu:,.0f} samples/s, the fast end of its band"
+              + ("" if feeding.table_samples_per_s is None else
+                 f"; the table's {feeding.table_samples_per_s:,.0f} is its middle"))
+    cores, cpu_reason = cpu_cores_needed(feed_rate, rate, rate_reason, gpus, needed)
+    other_cores, other_reason = None, ""
+    if feeding.other_per_core_rate is not None:
+        other_cores, other_reason = cpu_cores_needed(feed_rate, *feeding.other_per_core_rate, gpus, needed)
     disk_bytes, disk_reason = disk(dataset_bytes, parameters, optimizer, source_bytes=source_bytes)
     read_rate = feed_rate * bytes_per_sample
     cache_bytes, cache_reason = page_cache_ram(ram, dataset_bytes, read_rate)
@@ -222,10 +245,12 @@ def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dat
     generation, lanes = link or (spec.pcie_generation, spec.pcie_lanes)
     disk_reason += (f"; reads {read_rate / MIB:,.0f} MiB/s while the data is not in the page cache"
                     + (" (the first epoch only, with the RAM to cache it)" if cache_dataset else ""))
-    notes = link_notes(generation, lanes, samples_per_s_per_gpu, bytes_per_sample,
+    notes = link_notes(generation, lanes, samples_per_s_per_gpu, feeding.link_bytes_per_sample or bytes_per_sample,
                        gpus if system.kind == "workstation" else 1)
     return HostPlan(ram_bytes=ram, ram_minimum_bytes=ram_minimum, ram_reason=ram_reason, cpu_cores=cores,
                     cpu_reason=cpu_reason, disk_bytes=disk_bytes, disk_reason=disk_reason,
                     disk_read_bytes_per_s=read_rate, psu_watts=watts, psu_arithmetic=arithmetic, link_notes=notes,
                     ram_cache_bytes=cache_bytes, ram_cache_reason=cache_reason, system=system.text,
-                    system_gpus=gpus, systems=system.systems, reference_system=reference)
+                    system_gpus=gpus, systems=system.systems, reference_system=reference,
+                    bytes_per_sample=bytes_per_sample, bytes_reason=feeding.bytes_reason, decode=feeding.decode,
+                    cpu_cores_other_decode=other_cores, cpu_other_decode_reason=other_reason)

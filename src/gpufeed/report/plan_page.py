@@ -216,8 +216,15 @@ def _host_section(page: Page, document: dict) -> None:
     if host.get("ram_cache_bytes"):
         rows.append(("RAM to keep the dataset cached (a choice)", gibibytes(host["ram_cache_bytes"]),
                      host["ram_cache_reason"]))
-    rows += [("CPU cores", host["cpu_cores"], host["cpu_reason"]),
-             ("disk", gibibytes(host["disk_bytes"]), host["disk_reason"]),
+    if host.get("bytes_reason"):
+        rows.append(("bytes per sample", f"{host['bytes_per_sample']:,}", host["bytes_reason"]))
+    decode = {"cpu": ", decoding on the CPU", "gpu": ", decoding on the GPU"}.get(host.get("decode"), "")
+    rows.append((f"CPU cores{decode if host.get('cpu_cores_other_decode') is not None else ''}", host["cpu_cores"],
+                 host["cpu_reason"]))
+    if host.get("cpu_cores_other_decode") is not None:
+        other = "--decode gpu" if host.get("decode") == "cpu" else "--decode cpu"
+        rows.append((f"CPU cores with {other}", host["cpu_cores_other_decode"], host["cpu_other_decode_reason"]))
+    rows += [("disk", gibibytes(host["disk_bytes"]), host["disk_reason"]),
              ("disk reads", f"{number(host['disk_read_bytes_per_s'] / 2**20)} MiB/s", "while the data is not in "
                                                                                      "the page cache (see disk)"),
              ("power supply", f"{host['psu_watts']:,} W", host["psu_arithmetic"])]

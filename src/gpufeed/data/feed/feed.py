@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -28,9 +29,10 @@ from gpufeed.data.feed import crops
 from gpufeed.data.feed.cpu_resize import CropResizer
 from gpufeed.data.feed.draws import Draws
 from gpufeed.data.feed.gpu.batches import choose_decode, gpu_decoded_batches
+from gpufeed.data.feed.gpu.byte_staging import ByteSlot, initial_capacity, stage_batch_bytes
 from gpufeed.data.feed.order import EpochOrder, batches_per_epoch, check_order_arguments, epoch_order
 from gpufeed.data.feed.staging import OutputPool, SlotPool, Staging
-from gpufeed.data.feed.transfer import DeviceTransfer, ResidentData, fits_on_device
+from gpufeed.data.feed.transfer import DeviceTransfer, HostSlot, ResidentData, fits_on_device
 from gpufeed.data.format.reader import PackedDataset, dataset_from_arrays, open_packed
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.devices import resolve_device
@@ -286,6 +288,32 @@ class Feed:
         staging = Staging(prepare, self.position, len(order), self.workers, self.prefetch, stop)
         for index, device_images, device_labels, device_draws in transfer.stream(staging, pool):
             yield index, self.finish(device_images, device_draws if self.plan else None), device_labels
+
+    def staging_rate(self, seconds: float = 1.0, decode: str = "cpu") -> float:
+        """Samples per second one core stages for a GPU, timed on this thread with one intra-op thread, batch after
+        batch of epoch 0 (again from its start when it ends) for about `seconds`, one batch at least.
+        decode="cpu": `stage_batch`, the uint8 crops decoded and resized here; "gpu": the GPU-decode path's share,
+        each batch's JPEG files gathered with their boxes (`stage_batch_bytes`). Nothing is copied to a device."""
+        if decode not in ("cpu", "gpu"):
+            raise ConfigError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+        order, threads = self.order(0), torch.get_num_threads()
+        channels, height, width = self.sample_shape
+        if decode == "gpu":
+            slot = ByteSlot.empty(self.batch_size, initial_capacity(self.dataset, self.batch_size), False)
+            stage = lambda index: stage_batch_bytes(self, order, 0, index, slot).size  # noqa: E731
+        else:
+            images = None if self.cropper is not None else self.dataset.images_tensor()
+            host = HostSlot.empty(self.batch_size, (height, width, channels))
+            stage = lambda index: self.stage_batch(images, order, 0, index, host)  # noqa: E731
+        torch.set_num_threads(1)
+        try:
+            samples, started, index = 0, time.perf_counter(), 0
+            while index == 0 or time.perf_counter() - started < seconds:
+                samples += stage(index % len(order))
+                index += 1
+            return samples / (time.perf_counter() - started)
+        finally:
+            torch.set_num_threads(threads)
 
     def stage_batch(self, images: torch.Tensor | None, order: EpochOrder, epoch: int, index: int, slot) -> int:
         """The CPU's whole share of the GPU path: gather batch `index` as uint8 into `slot` (a `HostSlot`),
