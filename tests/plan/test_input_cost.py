@@ -66,7 +66,7 @@ def test_gpu_decode_of_raw_samples_and_bad_names_are_refused(tmp_path):
 def test_the_plan_sizes_disk_cores_and_link_from_the_pack(jpeg_pack, capsys):
     header = read_header(jpeg_pack)
     table = read_table(jpeg_pack, header)
-    status = main(["plan", "--model", "resnet18", "--data", str(jpeg_pack), "--image-size", "32",
+    status = main(["plan", "--model", "mlp", "--data", str(jpeg_pack), "--image-size", "32",
                    "--dataset-size", "100000", "--gpu", "4090", "--epochs", "1", "--json", "-"])
     captured = capsys.readouterr()
     assert status == 0, captured.err

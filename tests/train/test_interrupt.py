@@ -76,8 +76,8 @@ def test_ctrl_c_on_the_command_line_prints_the_command_that_continues(tmp_path):
     it prints, run as printed, finishes the run."""
     env = dict(os.environ, GPUFEED_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "gpufeed", "train", "--count", "4000", "--model", "mlp", "--hidden", "16",
-               "--epochs", "1", "--batch-size", "16", "--device", "cpu", "--precision", "fp32", "--log-every", "5",
+    command = [sys.executable, "-m", "gpufeed", "train", "--count", "1500", "--model", "cnn", "--width", "4",
+               "--epochs", "1", "--batch-size", "16", "--device", "cpu", "--precision", "fp32", "--log-every", "2",
                "--out", str(out)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
@@ -108,8 +108,8 @@ def test_two_ranks_stop_after_the_same_step_when_one_is_signalled(tmp_path):
     env = dict(os.environ, GPUFEED_CACHE=str(tmp_path / "cache"), OMP_NUM_THREADS="1")
     out = tmp_path / "run"
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m",
-               "gpufeed", "train", "--count", "4000", "--model", "mlp", "--hidden", "16", "--epochs", "1",
-               "--batch-size", "8", "--device", "cpu", "--precision", "fp32", "--log-every", "5", "--out", str(out)]
+               "gpufeed", "train", "--count", "1000", "--model", "cnn", "--width", "4", "--epochs", "1",
+               "--batch-size", "8", "--device", "cpu", "--precision", "fp32", "--log-every", "2", "--out", str(out)]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     metrics, deadline = out / "metrics.jsonl", time.monotonic() + 120
     while (not metrics.exists() or metrics.stat().st_size == 0) and process.poll() is None \

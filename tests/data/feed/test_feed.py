@@ -163,7 +163,7 @@ def test_abandoned_iteration_stops_its_threads(packed):
     (dict(batch_size=500), ConfigError, "lower --batch-size"),
     (dict(batch_size=8, augment="mixup"), ConfigError, "unknown augment"),
     (dict(batch_size=8, device="tpu"), DeviceUnavailable, "unknown device"),
-    (dict(batch_size=8, device="cuda"), DeviceUnavailable, "--device cpu"),
+    (dict(batch_size=8, device="cuda"), DeviceUnavailable, 'pass device="cpu"'),
     (dict(batch_size=8, dtype=torch.int32), ConfigError, "floating"),
 ])
 def test_bad_arguments(packed, options, error, words):
