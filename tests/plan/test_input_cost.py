@@ -93,3 +93,12 @@ def test_a_users_model_is_planned_nchw_unless_channels_last_is_given():
     chosen = PlanRequest(model="net.py:make", input_shape=(3, 224, 224), channels_last=True)
     assert trace_options(chosen) == {"channels_last": True} and layout_of(chosen) == "channels_last"
     assert trace_options(PlanRequest(model="resnet18", input_shape=(3, 32, 32)))["channels_last"] is True
+
+
+def test_the_gpu_decode_rate_of_a_raw_pack_is_refused_in_the_feeds_terms(tmp_path):
+    packed = tmp_path / "b.gpuf"
+    gpufeed.pack("builtin", packed, count=64)
+    feed = gpufeed.Feed(packed, 8, device="cpu")
+    assert feed.staging_rate(0.01) > 0
+    with pytest.raises(ConfigError, match="use decode='cpu'"):
+        feed.staging_rate(0.01, decode="gpu")

@@ -296,6 +296,11 @@ class Feed:
         each batch's JPEG files gathered with their boxes (`stage_batch_bytes`). Nothing is copied to a device."""
         if decode not in ("cpu", "gpu"):
             raise ConfigError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
+        if decode == "gpu" and (self.dataset.encoding != "jpeg" or self.resized is None):
+            name = self.dataset.path or "this dataset"
+            raise ConfigError(f"decode='gpu' stages JPEG samples cut by a resized-crop augment; {name} holds "
+                              f"{self.dataset.encoding} samples, augment {self.resized and 'a resized crop'}: "
+                              f"use decode='cpu'")
         order, threads = self.order(0), torch.get_num_threads()
         channels, height, width = self.sample_shape
         if decode == "gpu":
