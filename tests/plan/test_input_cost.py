@@ -100,5 +100,6 @@ def test_the_gpu_decode_rate_of_a_raw_pack_is_refused_in_the_feeds_terms(tmp_pat
     gpufeed.pack("builtin", packed, count=64)
     feed = gpufeed.Feed(packed, 8, device="cpu")
     assert feed.staging_rate(0.01) > 0
-    with pytest.raises(ConfigError, match="use decode='cpu'"):
+    with pytest.raises(ConfigError, match="holds raw samples and the feed's augment has no resized crop: "
+                                          "use decode='cpu'"):
         feed.staging_rate(0.01, decode="gpu")

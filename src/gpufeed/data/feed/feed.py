@@ -298,9 +298,10 @@ class Feed:
             raise ConfigError(f"decode must be 'cpu' or 'gpu', got {decode!r}")
         if decode == "gpu" and (self.dataset.encoding != "jpeg" or self.resized is None):
             name = self.dataset.path or "this dataset"
-            raise ConfigError(f"decode='gpu' stages JPEG samples cut by a resized-crop augment; {name} holds "
-                              f"{self.dataset.encoding} samples, augment {self.resized and 'a resized crop'}: "
-                              f"use decode='cpu'")
+            problems = ([f"{name} holds {self.dataset.encoding} samples"] if self.dataset.encoding != "jpeg" else []) \
+                + (["the feed's augment has no resized crop"] if self.resized is None else [])
+            raise ConfigError(f"decode='gpu' stages JPEG samples cut by a resized-crop augment, but "
+                              f"{' and '.join(problems)}: use decode='cpu'")
         order, threads = self.order(0), torch.get_num_threads()
         channels, height, width = self.sample_shape
         if decode == "gpu":
