@@ -8,6 +8,7 @@ import dataclasses
 
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observation import (
+    BatchProbe,
     Host,
     LoaderSettings,
     MemoryReading,
@@ -34,12 +35,14 @@ def observation(records: list[StepRecord], samples: list[HostSample] = (), *, de
                 batch_size: int | None = 64, batches_per_step: int | None = None,
                 loader_batch_size: int | None = None, float64_seen: bool = False, autocast_seen: bool | None = False,
                 ranks: Ranks = ONE_PROCESS, notes: tuple[str, ...] = (),
-                script_error: str | None = None, arithmetic: StepArithmetic | None = None) -> Observation:
+                script_error: str | None = None, arithmetic: StepArithmetic | None = None,
+                probe: BatchProbe | None = None) -> Observation:
     """`notes`: lines the instrumentation could not measure."""
     return Observation(tuple(records), tuple(samples), device, Host(cpu_count, threads),
                        LoaderSettings(workers, pin_memory, restart_s), memory, profile,
                        StepShape(batch_size, batches_per_step, loader_batch_size), float64_seen, autocast_seen, ranks,
-                       tuple(Note("unmeasured", line) for line in notes), script_error, arithmetic=arithmetic)
+                       tuple(Note("unmeasured", line) for line in notes), script_error, arithmetic=arithmetic,
+                       probe=probe)
 
 
 def on_cpu(records: list[StepRecord], samples: list[HostSample] = (), **changes) -> Observation:
@@ -51,10 +54,10 @@ def on_gpu(records: list[StepRecord], samples: list[HostSample] = (), **changes)
 
 
 def step(index, wall=0.1, wait=0.0, copy=0.0, copy_bytes=0, pageable=0, compute=None, syncs=0, sync=0.0,
-         batch=None, float64=0, launches=None):
+         batch=None, launches=None):
     return StepRecord(index=index, start_s=index * wall, wall_s=wall, data_wait_s=wait, copy_s=copy,
                       copy_bytes=copy_bytes, copy_pageable_bytes=pageable, compute_s=compute, sync_count=syncs,
-                      sync_s=sync, batch_size=batch, float64_ops=float64, kernel_launches=launches)
+                      sync_s=sync, batch_size=batch, kernel_launches=launches)
 
 
 def steps(count=20, **fields):

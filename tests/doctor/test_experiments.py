@@ -149,7 +149,7 @@ def test_a_doubled_batch_reaches_the_loader() -> None:
 def made_steps(walls: list[float], batch_size: int | None = 4) -> list[StepRecord]:
     """Records with the given wall times and batch size, nothing else measured."""
     known = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "compute_s": None,
-             "sync_count": 0, "sync_s": 0.0, "batch_size": batch_size, "float64_ops": 0, "kernel_launches": None}
+             "sync_count": 0, "sync_s": 0.0, "batch_size": batch_size, "kernel_launches": None}
     names = [f.name for f in dataclasses.fields(StepRecord)]
     return [StepRecord(**{name: known.get(name) for name in names if name not in ("index", "start_s", "wall_s")},
                        index=index, start_s=sum(walls[:index]), wall_s=wall) for index, wall in enumerate(walls)]
@@ -334,7 +334,7 @@ def test_the_plan_follows_the_findings_and_stops_at_three() -> None:
                           for kind in ("small_batch (double_batch)", "precision (bf16_autocast)")]  # low: no line
     assert [e.name for e in plan_for("precision", {"autocast_seen": False}, "cuda:0")] == ["bf16_autocast"]
     assert plan_for("precision", {"autocast_seen": False}) == []  # the CPU: not tried
-    assert plan_for("precision", {"float64_ops_per_step": 0.0}, "cuda:0") == []
+    assert plan_for("precision", {"fp64_flops_per_step": 10**6}, "cuda:0") == []
     assert [(e.name, e.role) for e in plan_for("input_bound", {"loader_workers": 8, "suggested_workers": 8})] == \
         [("replay", "bound")]
 

@@ -110,7 +110,7 @@ def test_the_observation_holds_every_reading_of_the_run() -> None:
     assert seen.device == "cpu" and seen.host == Host(os.cpu_count(), torch.get_num_threads())
     # one epoch of 64 batches: no worker restarted; the loader's default collate function, nothing it cannot time
     collate = torch.utils.data.default_collate
-    site = f"{collate.__code__.co_filename}:{collate.__code__.co_firstlineno}"
+    site = f"torch/utils/data/_utils/collate.py:{collate.__code__.co_firstlineno}"  # from its package
     assert seen.loader == LoaderSettings(0, False, 0.0, LoaderParts("default_collate", site, ()))
     assert seen.shape == StepShape(4, 1, 4) and seen.float64_seen is False and seen.autocast_seen is False
     assert seen.memory == MemoryReading(None, None, None)

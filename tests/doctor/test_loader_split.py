@@ -11,6 +11,7 @@ import argparse
 import copy
 import dataclasses
 import functools
+import os
 import runpy
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from gpufeed.doctor.observe.hooks import Instrumentation
 from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.loader_split import TimedBatch, code_site
 from gpufeed.doctor.observe.watch import Watcher
+from gpufeed.doctor.patching import shown_path
 from gpufeed.measure.steps import LoaderSplit
 
 SCRIPT = SCRIPTS / "loader_parts.py"
@@ -40,7 +42,17 @@ BATCH = 4  # the script's batch size
 STEPS, WARMUP = 6, 2
 GETITEM_MS, COLLATE_MS, UNPICKLE_MS = 5.0, 20.0, 10.0  # the sleeps asked of the script
 COLLATE_LINE = SCRIPT.read_text().splitlines().index("def slow_collate(samples, seconds: float, parcel_s: float):")
-COLLATE_SITE = f"{SCRIPT}:{COLLATE_LINE + 1}"  # where the script defines its collate function
+
+
+def typed(path) -> str:
+    """A path as the user types it: relative to the working directory when inside it (the tests run from the
+    checkout, so these are)."""
+    relative = os.path.relpath(path)
+    return str(path) if relative.startswith("..") else relative
+
+
+# where the script defines its collate function, as typed from the script's folder, where `run` runs it
+COLLATE_SITE = f"{SCRIPT.name}:{COLLATE_LINE + 1}"
 
 
 @pytest.fixture(autouse=True)
@@ -304,10 +316,16 @@ class Padder:
 
 def test_the_collate_function_is_found_by_its_code() -> None:
     line = Padder.__call__.__code__.co_firstlineno
-    assert code_site(Padder()) == ("Padder", f"{__file__}:{line}")
+    assert code_site(Padder()) == ("Padder", f"{typed(__file__)}:{line}")
     assert code_site(functools.partial(_sleepy_collate, seconds=0)) == (
-        "_sleepy_collate", f"{__file__}:{_sleepy_collate.__code__.co_firstlineno}")
+        "_sleepy_collate", f"{typed(__file__)}:{_sleepy_collate.__code__.co_firstlineno}")
     assert code_site(sorted) == ("sorted", None)  # a builtin: no Python code
+    # an installed package's function is shown from its package, wherever the environment lives
+    from torch.utils.data._utils.collate import default_collate
+    name, site = code_site(default_collate)
+    assert name == "default_collate" and site.startswith("torch/utils/data/_utils/collate.py:")
+    assert shown_path("/opt/venv/lib/python3.12/site-packages/torch/x.py") == "torch/x.py"
+    assert shown_path("/usr/lib/python3/dist-packages/numpy/core.py") == "numpy/core.py"
 
 
 def test_workers_share_getitem_and_collate_but_not_pinning() -> None:

@@ -12,7 +12,7 @@ from observations import by_kind, host, observation, on_cpu, on_gpu, periodic, s
 from gpufeed.doctor.findings import KINDS
 from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.findings.stalls import slow_outliers, stall_period
-from gpufeed.doctor.observation import MemoryReading, Ranks
+from gpufeed.doctor.observation import MemoryReading, OperatorFlops, Ranks, StepArithmetic
 
 
 def test_input_bound_half_the_step_waiting_is_high():
@@ -150,11 +150,18 @@ def test_large_batch_is_not_small_and_cpu_short_step_is_low():
 
 
 def test_float64_is_high_precision_finding():
-    report = diagnose(on_cpu(steps(20, wait=0.01, float64=12), host()))
+    # a warm-up step counted 3e8 fp64 FLOPs of its 4e8 (flops.py): the evidence reads the count, not a flag
+    counted = StepArithmetic(4 * 10**8, (OperatorFlops("aten.mm", "fp64", None, 3 * 10**8),
+                                         OperatorFlops("aten.mm", "fp32", None, 10**8)), "fp64", 1e11, "test", None)
+    report = diagnose(on_cpu(steps(20, wait=0.01), host(), arithmetic=counted))
     found = by_kind(report)["precision"]
     assert found.severity == "high" and found.share == pytest.approx(0.9)  # the 0.09 s of 0.1 the dtype governs
-    assert found.evidence["float64_ops_per_step"] == pytest.approx(12.0)
-    assert found.evidence["steps_with_float64"] == 20 and ".float()" in found.snippet
+    assert found.evidence["fp64_flops_per_step"] == 3 * 10**8
+    assert found.evidence["fp64_flop_fraction"] == pytest.approx(0.75) and ".float()" in found.snippet
+    assert found.evidence["float64_tensor_seen"] is False
+    # without the count, the float64 tensor seen alone makes it, and the evidence says the FLOPs were not counted
+    flagged = by_kind(diagnose(on_cpu(steps(20, wait=0.01), host(), float64_seen=True)))["precision"]
+    assert flagged.evidence["fp64_flops_per_step"] is None and flagged.confidence == "medium"
 
 
 def test_fp32_on_gpu_without_autocast_is_medium():
@@ -234,9 +241,10 @@ def test_report_json_has_the_documented_keys():
     assert {"verdict", "findings", "unmeasured"} <= set(document)
     assert set(document) - {"verdict", "findings", "unmeasured"} == {"notes", "loader_samples_per_s",
                                                                       "model_samples_per_s", "script_error", "timeline",
-                                                                      "ranks"}
+                                                                      "ranks", "loader_workers"}
     assert len(document["timeline"]["steps"]) == 20 and document["timeline"]["steps"][0]["index"] == 0
-    assert set(document["verdict"]) == {"primary", "device_busy", "data_wait", "steps", "device", "world_size"}
+    assert set(document["verdict"]) == {"primary", "device_busy", "data_wait", "steps", "device", "world_size",
+                                        "share", "tied_with"}
     assert document["verdict"]["primary"] in KINDS and document["findings"]
     for finding in document["findings"]:
         assert set(finding) == {"kind", "severity", "share", "evidence", "fix", "snippet", "gain", "confidence"}

@@ -23,7 +23,7 @@ def doctor_healthy(busy: float) -> bool:
     """Fifty 0.1 s GPU steps with `busy` of each on the device and no wait, copy or sync."""
     records = [StepRecord(index=i, start_s=0.1 * i, wall_s=0.1, data_wait_s=0.0, copy_s=0.0, copy_bytes=0,
                           copy_pageable_bytes=0, compute_s=busy * 0.1, sync_count=0, sync_s=0.0, batch_size=256,
-                          float64_ops=0, kernel_launches=200) for i in range(50)]
+                          kernel_launches=200) for i in range(50)]
     seen = Observation(tuple(records), (), "cuda:0", Host(16, 8), LoaderSettings(8, True, 0.0),
                        MemoryReading(None, None, None), None, StepShape(256, 1, 256), False, True, Ranks(), (), None)
     return "compute_bound" in {finding.kind for finding in diagnose(seen).findings}

@@ -57,10 +57,15 @@ def test_the_fixture_makes_a_balanced_page_with_four_charts_and_its_numbers():
     assert parsed.charts == 4  # the gap, the step timeline, the host readings, the verified gains
     text = visible(parsed)
     assert "gpufeed doctor: input_bound" in text
-    assert "input_bound: the step waits for the next batch" in text
+    # a report saved before verdict.share: the headline reads its finding's share
+    assert "input_bound: 95% of the step (high). input_bound means: the step waits for the next batch" in text
     assert "95.3%" in text  # the data wait share 0.9528 as the verdict shows it
-    assert "The loader supplies 191 samples/s; the model consumes 3,852 samples/s" in text
-    assert "20.2×" in text  # 3851.86 / 190.92
+    # num_workers=0: the loader runs in series with the model, so the rates add, not compare:
+    # 1 / (1 / 190.92 + 1 / 3851.86) = 181.9 samples/s
+    assert ("The loader has no workers, so it runs in series with the model: it makes 191 samples/s while it "
+            "runs and the model consumes 3,852 samples/s when fed instantly; in series they give 182 samples/s"
+            in text)
+    assert "keeps up" not in text
     for finding in document["findings"]:
         assert f"{finding['kind']} ({finding['severity']}, {finding['confidence']} confidence)" in text
         assert html.escape(finding["snippet"]) in page
@@ -107,7 +112,7 @@ def test_a_crashed_run_with_host_readings_draws_only_them():
 def _step(wall: float, wait: float, copy: float, compute: float | None, sync: float) -> dict:
     return {"index": 0, "start_s": 0.0, "wall_s": wall, "data_wait_s": wait, "copy_s": copy, "copy_bytes": 0,
             "copy_pageable_bytes": 0, "compute_s": compute, "sync_count": 1, "sync_s": sync, "batch_size": 8,
-            "float64_ops": 0, "kernel_launches": None}
+            "kernel_launches": None}
 
 
 def test_step_parts_other_host_is_the_rest_of_the_wall_time_and_never_negative():

@@ -73,6 +73,7 @@ def register(subparsers) -> None:
 
 def _try_fixes(args, target: str, script_args: list[str], report):
     """The report with the measured gains and the reasons for the rest (`--try`)."""
+    from gpufeed.doctor.findings import invariants
     from gpufeed.doctor.trials.plan import plan_experiments
     from gpufeed.doctor.trials.runs import run_experiments
 
@@ -80,7 +81,7 @@ def _try_fixes(args, target: str, script_args: list[str], report):
     show_plan(planned, args.repeats, args.steps)
     findings, notes = run_experiments(target, script_args, args.module, report, args.steps, args.warmup,
                                       args.timeout, args.repeats)
-    return dataclasses.replace(report, findings=findings, notes=report.notes + notes)
+    return invariants.checked(dataclasses.replace(report, findings=findings, notes=report.notes + notes))
 
 
 def run(args) -> int:

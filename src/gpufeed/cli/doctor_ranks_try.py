@@ -17,6 +17,7 @@ def launch_with_try(args) -> int:
     import tempfile
     from pathlib import Path
 
+    from gpufeed.doctor.findings import invariants
     from gpufeed.doctor.ranks.job import diagnosis_job, trial_jobs
     from gpufeed.doctor.trials.plan import plan_experiments
     from gpufeed.doctor.trials.runs import with_trials
@@ -30,7 +31,7 @@ def launch_with_try(args) -> int:
         show_plan(planned, args.repeats, args.steps, ranks=args.nproc_per_node)
         trials = trial_jobs(args, report, planned, Path(folder))
     findings, notes = with_trials(report, trials, unmeasured)
-    report = dataclasses.replace(report, findings=findings, notes=report.notes + notes)
+    report = invariants.checked(dataclasses.replace(report, findings=findings, notes=report.notes + notes))
     if args.json != "-":
         show_gains(report)
         show_notes(notes)

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufeed.cli.output import console, error_console
+from gpufeed.doctor.findings.report import gain_headline, rates_sentence, verdict_headline
 
 
 def evidence_value(value) -> str:
@@ -19,10 +20,6 @@ def evidence_value(value) -> str:
     if isinstance(value, dict):  # settings by name (evidence.settings): as the user would write them
         return "(" + ", ".join(f"{key}={item!r}" for key, item in value.items()) + ")"
     return str(value)
-
-
-def _rate(value: float | None) -> str:
-    return "NA" if value is None else f"{value:,.0f}"
 
 
 def _findings_table(report) -> Table:
@@ -42,8 +39,10 @@ def show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
     if verdict is not None:
         busy = "NA" if verdict.device_busy is None else f"{verdict.device_busy:.0%}"
         ranks = f" (rank 0 of {verdict.world_size})" if verdict.world_size > 1 else ""
-        console.print(f"[bold]verdict: {verdict.primary}[/bold] — {verdict.steps} steps on {verdict.device}{ranks}, "
-                      f"waiting for data {verdict.data_wait:.0%} of the time, device busy {busy}")
+        headline = verdict_headline(report.to_json()) if report is not None else verdict.primary
+        console.print(Text(f"verdict: {headline}", style="bold"), Text(
+            f"— {verdict.steps} steps on {verdict.device}{ranks}, waiting for data {verdict.data_wait:.0%} of the "
+            f"time, device busy {busy}"))
     if problem:
         console.print(Text(f"watch incomplete: {problem}", style="bold red"))
     if report is None:
@@ -56,16 +55,13 @@ def show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
         if finding.snippet:
             console.print(Text("    " + finding.snippet.replace("\n", "\n    ")))
     show_gains(report)
-    console.print(f"loader supplies {_rate(report.loader_samples_per_s)} samples/s; the model consumes "
-                  f"{_rate(report.model_samples_per_s)} samples/s when fed instantly (batch size from "
-                  f"{'the loader' if watcher.seen.get('batches') else 'the model input'})")
+    console.print(Text(f"{rates_sentence(report.to_json())} (batch size from "
+                       f"{'the loader' if watcher.seen.get('batches') else 'the model input'})"))
     show_notes(report.notes, shown)
 
 
 def show_gains(report) -> None:
     """Each finding's --try gain in a line, and how it was measured."""
-    from gpufeed.doctor.findings.report import gain_headline
-
     for finding in report.findings:
         if finding.gain is not None:
             measured = finding.gain.measured is not None

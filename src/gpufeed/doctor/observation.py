@@ -32,6 +32,35 @@ if TYPE_CHECKING:
     from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord
 
 
+# gpufeed's choice: below 32 samples a batch rarely fills a GPU, and per-step fixed costs weigh on a CPU step; the
+# batch below which the doctor probes (observe/probe.py) and small_batch judges (findings/small_batch.py).
+SMALL_BATCH = 32
+
+
+@dataclass(frozen=True)
+class BatchProbe:
+    """What observe/probe.py measured after the watch: seconds per forward+backward of the user's model at the
+    batch repeated by each factor (the medians of `repeats` runs)."""
+
+    batch: int
+    seconds: tuple[tuple[int, float], ...]  # (factor, seconds), factors ascending: 1, 2, 4
+    repeats: int
+
+    @property
+    def slope_resolved(self) -> bool:
+        """The time grew from the smallest factor to the largest: the slope between them is a measurement."""
+        return self.seconds[-1][1] > self.seconds[0][1]
+
+    @property
+    def per_sample_s(self) -> float:
+        """The cost of one more sample: the slope between the smallest and largest factor; when the time did not
+        grow (below the runs' noise), at most the largest factor's time over its samples."""
+        (low, low_s), (high, high_s) = self.seconds[0], self.seconds[-1]
+        if self.slope_resolved:
+            return (high_s - low_s) / ((high - low) * self.batch)
+        return high_s / (high * self.batch)
+
+
 @dataclass(frozen=True)
 class Host:
     cpu_count: int | None  # os.cpu_count(); None when it cannot tell
@@ -171,6 +200,17 @@ class StepArithmetic:
         """FLOPs of forward convolutions whose input was not channels_last."""
         return sum(o.flops for o in self.operators if o.channels_last is False)
 
+    @property
+    def nchw_convolution_share(self) -> float:
+        """The share of the step's FLOPs in convolutions on NCHW images, backward included: every convolution's
+        FLOPs (forward and backward) times the NCHW fraction of the forward ones (the backward of a convolution
+        takes its forward's layout)."""
+        forward = sum(o.flops for o in self.operators if o.channels_last is not None)
+        every = sum(o.flops for o in self.operators if "convolution" in o.operator)
+        if not forward or not self.flops_per_step:
+            return 0.0
+        return every * (self.nchw_convolution_flops / forward) / self.flops_per_step
+
 
 @dataclass(frozen=True)
 class ProfileWindow:
@@ -267,6 +307,7 @@ class Observation:
     script_error: str | None  # the script's exception, one line
     arithmetic: StepArithmetic | None = None  # a warm-up step's FLOPs and the peak (observe/flops.py); None: none
     setup: Setup = PLAIN  # the training loop's framework and its loader's site and settings (frameworks/setup.py)
+    probe: BatchProbe | None = None  # the small-batch probe after the watch (observe/probe.py); None: not run
 
     @cached_property
     def batch_size(self) -> int | None:

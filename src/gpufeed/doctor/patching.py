@@ -51,8 +51,17 @@ def user_frame(frame, built: object = None, frameworks: bool = True):
     return frame, callee
 
 
+INSTALLED = ("site-packages", "dist-packages")  # the folders installed packages live in
+
+
 def shown_path(filename: str) -> str:
-    """A file's name as the user would type it: relative to the working directory when inside it."""
+    """A file's name as the user would type it: an installed package's from the package
+    (`torch/utils/data/_utils/collate.py`, wherever the environment is), else relative to the working directory
+    when inside it."""
+    parts = filename.replace(os.sep, "/").split("/")
+    installed = [index for index, part in enumerate(parts) if part in INSTALLED]
+    if installed and installed[-1] + 1 < len(parts):
+        return "/".join(parts[installed[-1] + 1:])
     relative = os.path.relpath(filename)
     return filename if relative.startswith("..") else relative
 

@@ -48,7 +48,6 @@ class StepRecord:
     sync_count: int  # host waits on the device inside the step (.item(), .cpu(), synchronize, ...)
     sync_s: float  # host time spent in those waits
     batch_size: int | None  # samples in the step's batch when it could be read
-    float64_ops: int  # operations on float64 tensors seen in the step (0 when not traced)
     kernel_launches: int | None  # device kernels launched in the step, when counted (the doctor counts them in
     # a profiled window after the watched steps instead: gpufeed.doctor.observe.profile)
     loader_split: LoaderSplit | None = None  # the step's training batches' loader time by part (the doctor's

@@ -11,7 +11,7 @@ import numpy
 from matplotlib.ticker import FuncFormatter
 
 from gpufeed.doctor.findings import MEANINGS
-from gpufeed.doctor.findings.report import gain_headline
+from gpufeed.doctor.findings.report import gain_headline, rates_sentence, verdict_headline
 from gpufeed.report.doctor_ranks import ranks_section
 from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, percent, stacked_bars
 
@@ -91,13 +91,15 @@ def _verdict(page: Page, document: dict) -> None:
         page.paragraph(f"No training step was watched on {verdict['device']}, so there is no verdict: see the "
                        "script's error and what could not be measured below.", css="lead")
     else:
-        page.paragraph(f"{verdict['primary']}: {MEANINGS.get(verdict['primary'], 'see the findings')}.", css="lead")
+        page.paragraph(f"{verdict_headline(document)}. {verdict['primary']} means: "
+                       f"{MEANINGS.get(verdict['primary'], 'see the findings')}.", css="lead")
         first = next((finding for finding in findings if finding["kind"] == verdict["primary"]), None)
         if first is not None and first.get("fix"):
             page.paragraph(f"What to do first: {first['fix']}")
         busy = verdict["device_busy"]
         page.table(["measure", "value"], [
-            ("primary finding", verdict["primary"]), ("steps watched", f"{verdict['steps']:,}"),
+            ("primary finding", verdict["primary"]), ("its share of the step", percent(verdict.get("share"), 1)),
+            ("steps watched", f"{verdict['steps']:,}"),
             ("device", verdict["device"]), ("data wait share", percent(verdict["data_wait"], 1)),
             ("device busy share", percent(busy, 1) if busy is not None else "n/a (measured with CUDA events only)")])
     if document.get("script_error"):
@@ -109,14 +111,10 @@ def _rates(page: Page, document: dict) -> None:
     loader, model = document.get("loader_samples_per_s"), document.get("model_samples_per_s")
     if loader is None or model is None or loader <= 0 or model <= 0:
         if document["verdict"]["primary"] is not None:
-            page.paragraph(f"Loader rate {number(loader)} and model rate {number(model)} samples/s: the gap between "
-                           "them could not be measured.")
+            page.paragraph(rates_sentence(document))
         return
     page.heading("The gap: loader against model")
-    gap = (f"the model could consume {factor(model / loader)} what the loader supplies" if model > loader
-           else f"the loader supplies {factor(loader / model)} what the model consumes: it keeps up")
-    page.paragraph(f"The loader supplies {loader:,.0f} samples/s; the model consumes {model:,.0f} samples/s when "
-                   f"fed instantly: {gap}.")
+    page.paragraph(rates_sentence(document))
     figure, axes = new_figure(8.0, 1.8)
     for row, (value, label, colour) in enumerate(((loader, "loader supplies", PART_COLOURS["data wait"]),
                                                   (model, "model consumes (fed instantly)", PART_COLOURS["compute"]))):

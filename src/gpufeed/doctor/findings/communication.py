@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 KIND = "communication"
 MEANING = "gradient all-reduce is not hidden behind compute"
+PART = "collective"  # shares.py: the part of the step its cause lives in
+# torch-tb-profiler (RunProfile.analyze) recommends a fix when communication takes over 10% of the step.
+RECOMMEND_AT = 0.10
 # TensorFlow profiler (the file cited for INPUT_SHARE_* in grading.py): device collectives share, moderate >= 3%,
 # high >= 15% (the same grades as kernel launches: launch_overhead.py).
 COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH = 0.03, 0.15

@@ -1,9 +1,11 @@
-"""compute_bound: healthy, the device is busy; the next gain is in the model or the kernels.
+"""compute_bound: no waste reaches the level at which a fix is recommended; the step's time is the model's own
+arithmetic, and the next gain is in the model or the kernels.
 
-Judged last, over the other findings (`detect`'s `others`): none may claim INPUT_SHARE_MEDIUM of the step. On a
-GPU the device must be busy at least DEVICE_BUSY_ENOUGH (measure/thresholds.py, the figure train's verdict reads
-too); on the CPU the data wait must be under INPUT_SHARE_MEDIUM. It is also the primary kind when no finding is
-high or medium. No --try experiment.
+Judged last, over the other findings (`detect`'s `others`, their shares already disjoint: shares.py), and made only
+when none of them reaches its kind's level (diagnose.py: the verdict). Its share is what the others leave of the
+device's busy part (on the CPU, of the model's part). On a GPU busy less than DEVICE_BUSY_ENOUGH (measure/thresholds.py,
+the figure train's verdict reads too) the fix says how much of the step the device idled with no cause found above
+its level. No --try experiment.
 
 The advice names only changes whose premise was seen in the step's arithmetic (`Observation.arithmetic`, the
 FLOPs FlopCounterMode counted in the last warm-up step, by operator and precision: observe/flops.py):
@@ -32,24 +34,20 @@ if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation, StepArithmetic
 
 KIND = "compute_bound"
-MEANING = "healthy: the device is busy; the next gain is in the model or the kernels"
+MEANING = "no waste reaches its level: the step is the model's own work; the next gain is in the model or kernels"
+PART = "busy"  # shares.py: the model's own arithmetic; not a waste, so it has no level
+RECOMMEND_AT = None
 
 
-def detect(seen: Observation, notes: Notes, others: list[Finding]) -> Finding | None:
-    if any(other.share >= INPUT_SHARE_MEDIUM for other in others):
-        return None
+def detect(seen: Observation, notes: Notes, others: list[Finding], left: dict[str, float]) -> Finding:
+    """The healthy finding over the others (the module docstring); `left`, what their claims left of each part
+    of the step (shares.py)."""
     totals = seen.totals
     wait_share = totals.share(totals.data_wait_s)
     busy = seen.busy()
-    if seen.on_gpu:
-        if busy is None or busy < DEVICE_BUSY_ENOUGH:  # healthy: busy enough (measure/thresholds.py)
-            return None
-        share = busy
-    else:
-        if wait_share >= INPUT_SHARE_MEDIUM:
-            return None
-        share = 1.0 - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s)
-    evidence = {"device_busy": busy, "data_wait_share": wait_share, "compute_share": share}
+    share = max(0.0, left["busy"])
+    evidence = {"device_busy": busy, "data_wait_share": wait_share, "compute_share": share,
+                "claimed_by_others": sum(other.share for other in others)}
     if seen.on_gpu:
         evidence.update(seen.gpu_activity())
     arithmetic = seen.arithmetic
@@ -61,14 +59,16 @@ def detect(seen: Observation, notes: Notes, others: list[Finding]) -> Finding | 
                          else None, "fraction_of_peak": arithmetic.flops_per_step / model_step_s / peak
                          if peak and model_step_s > 0 else None})
     supporting = seen.count(lambda r: r.data_wait_s < INPUT_SHARE_MEDIUM * r.wall_s)
-    return new_finding(KIND, "info", share, evidence, fix(seen.device_type, arithmetic), confidence(supporting))
+    idle = busy if seen.on_gpu and busy is not None and busy < DEVICE_BUSY_ENOUGH else None
+    return new_finding(KIND, "info", share, evidence, fix(seen.device_type, arithmetic, idle),
+                       confidence(supporting))
 
 
 def levers(arithmetic: StepArithmetic, device_type: str) -> list[tuple[str, str]]:
     """(a sentence, code) for each change whose premise the step's arithmetic shows (the module docstring)."""
     found = []
     if arithmetic.nchw_convolution_flops:
-        share = arithmetic.nchw_convolution_flops / arithmetic.flops_per_step
+        share = arithmetic.nchw_convolution_share
         found.append((f"Convolutions do {share:.0%} of the FLOPs on NCHW images: channels_last is the layout the "
                       f"fastest convolution kernels take.",
                       "model = model.to(memory_format=torch.channels_last)\n"
@@ -95,15 +95,20 @@ def levers(arithmetic: StepArithmetic, device_type: str) -> list[tuple[str, str]
     return found
 
 
-def fix(device_type: str, arithmetic: StepArithmetic | None = None) -> tuple[str, str]:
-    """The advice (module docstring): the changes the counted arithmetic backs, then a faster device."""
+def fix(device_type: str, arithmetic: StepArithmetic | None = None,
+        busy: float | None = None) -> tuple[str, str]:
+    """The advice (module docstring): the changes the counted arithmetic backs, then a faster device. `busy`: a
+    GPU's busy share when it is under DEVICE_BUSY_ENOUGH (then the fix says so first)."""
     faster = "a faster GPU" if device_type == "cuda" else "a GPU"
+    opening = "No waste reaches the level at which a fix is recommended: the step is the model's own work"
+    if busy is not None:
+        opening = (f"The GPU computed {busy:.0%} of the step, and no cause the doctor checks accounts for the rest "
+                   f"above the level at which a fix is recommended (the findings below are what it saw)")
     if arithmetic is None:
-        return (f"The device is busy: the next gain is in the model or the kernels, or {faster}. What the step "
-                f"computes was not counted (see the notes), so no change to it is named.", "")
+        return (f"{opening}. The next gain is in the model or the kernels, or {faster}. What the step computes was "
+                f"not counted (see the notes), so no change to it is named.", "")
     found = levers(arithmetic, device_type)
     words = " ".join(text for text, _ in found)
-    fix = f"The device is busy. {words} Beyond that, {faster}." if found else \
-        f"The device is busy: the next gain is in the model or the kernels, or {faster}."
+    fix = f"{opening}. {words} Beyond that, {faster}." if found else \
+        f"{opening}: the next gain is in the model or the kernels, or {faster}."
     return fix, "\n".join(code for _, code in found if code)
-

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 KIND = "cpu_saturated"
 MEANING = "the host's cores are all busy"
+PART = "step"  # shares.py: saturated cores slow every part of the step
+# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
+RECOMMEND_AT = 0.05
 # SageMaker Debugger CPUBottleneck rule defaults: CPU above 90% while GPU utilization is below 10%.
 CPU_BUSY_PERCENT = 90.0
 CPU_BOTTLENECK_DEVICE_BUSY = 0.10

@@ -1,5 +1,9 @@
 """An `Observation` in, a `Report` out: every finding module's detection in the vocabulary's order
-(findings/), compute_bound over the rest, the findings sorted, the primary kind, the verdict and the throughputs.
+(findings/), their shares made disjoint (shares.py), the verdict, compute_bound when no waste reaches its level,
+the findings sorted (the verdict's first, then by share), the throughputs, and the report's invariants checked
+(invariants.py).
+
+The verdict is verdict.py's.
 
 Throughputs in the report (None when the batch size is unknown):
 - model_samples_per_s = samples / (sum(wall_s) - sum(data_wait_s)): what the model consumes fed instantly.
@@ -14,22 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpufeed.doctor.findings import FINDINGS, KINDS, compute_bound
+from gpufeed.doctor.findings import BY_KIND, FINDINGS, KINDS, compute_bound, invariants, shares
 from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM
-from gpufeed.doctor.findings.report import Finding, Report, Verdict
+from gpufeed.doctor.findings.report import Report, Verdict
+from gpufeed.doctor.findings.verdict import candidates, choose
 from gpufeed.doctor.notes import Notes
 from gpufeed.doctor.observation import Observation
-
-SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
-
-
-def primary_kind(findings: list[Finding]) -> str:
-    """The kind with the largest share among high and medium findings (ties: earlier in KINDS), else
-    compute_bound."""
-    serious = [f for f in findings if f.severity in ("high", "medium")]
-    if not serious:
-        return compute_bound.KIND
-    return max(serious, key=lambda f: (f.share, -KINDS.index(f.kind))).kind
 
 
 def throughputs(seen: Observation) -> tuple[float | None, float | None]:
@@ -64,18 +58,21 @@ def diagnose(seen: Observation) -> Report:
     if seen.totals.wall_s <= 0:
         raise ValueError(f"the {len(seen.steps)} recorded steps have no wall time; shares cannot be computed")
     notes = _opening_notes(seen)
-    findings = [found for module in FINDINGS if module is not compute_bound
-                and (found := module.detect(seen, notes)) is not None]
-    healthy = compute_bound.detect(seen, notes, findings)
-    if healthy is not None:
-        findings.append(healthy)
-    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], -f.share))
+    found = [found for module in FINDINGS if module is not compute_bound
+             and (found := module.detect(seen, notes)) is not None]
+    findings, left = shares.allocate(found, seen, BY_KIND)
+    primary, tied = choose(candidates(findings, notes))
+    if primary is None:
+        primary = compute_bound.detect(seen, notes, findings, left)
+        findings.append(primary)
+    findings.sort(key=lambda f: (f is not primary, -f.share, KINDS.index(f.kind)))
     totals = seen.totals
-    verdict = Verdict(primary_kind(findings), seen.device_busy(), totals.share(totals.data_wait_s), totals.steps,
-                      seen.device or "unknown", seen.ranks.world_size)
+    verdict = Verdict(primary.kind, seen.device_busy(), totals.share(totals.data_wait_s), totals.steps,
+                      seen.device or "unknown", seen.ranks.world_size, primary.share, tied)
     loader, model = throughputs(seen)
-    return Report(verdict, findings, notes.items, loader, model, seen.script_error, _timeline(seen),
-                  [dataclasses.asdict(summary) for summary in seen.ranks.per_rank])
+    report = Report(verdict, findings, notes.items, loader, model, seen.script_error, _timeline(seen),
+                    [dataclasses.asdict(summary) for summary in seen.ranks.per_rank], seen.loader.workers)
+    return invariants.checked(report)
 
 
 def empty_report(seen: Observation) -> Report:

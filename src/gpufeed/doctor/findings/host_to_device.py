@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 
 KIND = "host_to_device"
 MEANING = "copies to the device take a large share of the step"
+PART, PER_STEP = "copy", "copy_s"  # shares.py: the part of the step its cause lives in
+# gpufeed's choice: the input share's level (the TensorFlow profiler counts host-to-device copies in its input
+# time, whose "moderately input-bound" starts at 5%).
+RECOMMEND_AT = 0.05
 # gpufeed's choice: some copy is unavoidable, so twice the 5% input threshold before copies alone are flagged.
 COPY_SHARE = 0.10
 # gpufeed's choice: when most copied bytes come from pageable memory, pinning is the first fix to try.

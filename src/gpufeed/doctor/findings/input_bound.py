@@ -35,11 +35,20 @@ if TYPE_CHECKING:
 
 KIND = "input_bound"
 MEANING = "the step waits for the next batch (the loader is too slow)"
+PART, PER_STEP = "data_wait", "data_wait_s"  # shares.py: the part of the step its cause lives in
+# torch-tb-profiler (RunProfile.analyze) recommends a fix when the DataLoader takes over 5% of the step.
+RECOMMEND_AT = 0.05
 # gpufeed's choice: more loader processes than 8 seldom help one GPU and cost memory (one dataset copy each).
 MAX_SUGGESTED_WORKERS = 8
 # gpufeed's choice: when half the data wait is the loader starting or stopping its workers (__iter__, the final
 # StopIteration), the fix is to keep them (persistent_workers), not to add more.
 RESTART_SHARE = 0.50
+# gpufeed's choice: a part of the loader under a tenth of a millisecond per batch is not what makes the loop wait
+# (a batch of 2 collated in 0.03 ms): it is not blamed, and no pre-packing is advised for it.
+MIN_BLAMED_MS = 0.1
+# gpufeed's choice: background workers that prepare at least twice what the model consumes keep up; a wait beside
+# them is not the loader's throughput (workers starting, a queue run dry once), so input_bound is not the verdict.
+KEEPS_UP_RATIO = 2.0
 PART_KEYS = ("getitem_ms", "collate_ms", "handover_ms", "pin_ms")  # evidence from inside the loader (per batch)
 WORKER_PARTS = ("getitem", "collate")  # the parts each worker process does for its own batches
 PART_NAMES = {"getitem": "the Dataset's __getitem__", "collate": "the collate function",
@@ -63,12 +72,37 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
                 "loader_workers": workers, "pin_memory": seen.loader.pin_memory, "cpu_count": cores,
                 "suggested_workers": suggested, "restart_share_of_wait": restart_share}
     evidence.update(loader_parts(seen, notes))
+    evidence["workers_supply_ratio"] = supply_ratio(seen, evidence)
     evidence.update(words.loader_evidence(seen.setup, ADVISED, notes))
     supporting = seen.count(lambda r: r.data_wait_s >= INPUT_SHARE_MEDIUM * r.wall_s)
     restarts = restart_share if workers and restart_share >= RESTART_SHARE else None
     return new_finding(KIND, severity(share), share, evidence,
                        fix(suggested, seen.on_gpu, workers, restarts, inside=evidence, setup=seen.setup),
                        confidence(supporting))
+
+
+def supply_ratio(seen: Observation, inside: dict) -> float | None:
+    """With background workers, the batches they can prepare per second over the batches the model consumes:
+    the loop's cost of a batch is the larger of its workers' part (__getitem__ and collate, shared over the
+    workers) and the main process's (hand-over and pinning, one batch at a time); the model's is the step less
+    its data wait, per loader batch. None without workers or without the loader's parts timed."""
+    workers = seen.loader.workers
+    names = ["getitem_ms", "collate_ms", "handover_ms"] + (["pin_ms"] if seen.loader.pin_memory else [])
+    if not workers or any(inside.get(name) is None for name in names):
+        return None
+    totals = seen.totals
+    cost_ms = max((inside["getitem_ms"] + inside["collate_ms"]) / workers,
+                  inside["handover_ms"] + (inside["pin_ms"] or 0.0 if seen.loader.pin_memory else 0.0))
+    model_ms = 1000.0 * (totals.wall_s - totals.data_wait_s) / totals.steps / (seen.shape.batches_per_step or 1)
+    return model_ms / cost_ms if cost_ms > 0 else None
+
+
+def keeps_up(finding: Finding) -> bool:
+    """The workers prepare at least KEEPS_UP_RATIO of what the model consumes, and restarts are not most of the
+    wait: then the wait is not the loader's throughput, and the finding is not the verdict (diagnose.py)."""
+    ratio = finding.evidence.get("workers_supply_ratio")
+    restarts = (finding.evidence.get("restart_share_of_wait") or 0.0) >= RESTART_SHARE
+    return ratio is not None and ratio >= KEEPS_UP_RATIO and not restarts
 
 
 def loader_parts(seen: Observation, notes: Notes) -> dict:
@@ -87,18 +121,23 @@ def loader_parts(seen: Observation, notes: Notes) -> dict:
         notes.unmeasured(f"DataLoader time by part ({', '.join(missing)}): not timed inside the loader; the "
                          "batches did not come through a torch DataLoader iterator made while the doctor watched "
                          "(watch(loader) times the loader from outside)")
+    dominant = None if missing else dominant_part(ms, applicable, seen.loader.workers)
+    tiny = dominant is not None and cost_to_loop(ms, dominant, seen.loader.workers) < MIN_BLAMED_MS
     return {**ms, "batches_split": split.batches if split is not None else 0,
             "collate_fn": parts.collate_name if parts else None, "collate_site": parts.collate_site if parts else None,
-            "dominant_part": None if missing else dominant_part(ms, applicable, seen.loader.workers)}
+            "dominant_part": None if tiny else dominant, "parts_below_blame": tiny}
+
+
+def cost_to_loop(ms: dict, part: str, workers: int | None) -> float:
+    """A part's cost per batch to the loop, in ms: __getitem__ and collate over the workers that share them."""
+    return ms[f"{part}_ms"] / (workers if workers and part in WORKER_PARTS else 1)
 
 
 def dominant_part(ms: dict, applicable: list[str], workers: int | None) -> str:
     """The part that costs the loop most per batch: __getitem__ and collate run in every worker process at once,
     so their cost per batch to the loop is their time over the workers; the hand-over and pinning go one batch at
     a time (the main process, its one pin thread)."""
-    def cost(part: str) -> float:
-        return ms[f"{part}_ms"] / (workers if workers and part in WORKER_PARTS else 1)
-    return max(applicable, key=cost)
+    return max(applicable, key=lambda part: cost_to_loop(ms, part, workers))
 
 
 def fix(workers: int | None, on_gpu: bool, current: int | None = None,
@@ -120,6 +159,8 @@ def fix(workers: int | None, on_gpu: bool, current: int | None = None,
     part = (inside or {}).get("dominant_part")
     if part in ("collate", "handover", "pin"):
         return _part_fix(part, inside, workers, current, setup)
+    if (inside or {}).get("parts_below_blame"):
+        return _overhead_fix(inside, workers, current, setup)
     measured = f"Inside the loader, {_per_batch(inside)} " if part else ""
     feed = (f"# pack once (gpufeed pack photos/ data/train.gpuf), then\n"
             f"import gpufeed\n"
@@ -143,6 +184,22 @@ def fix(workers: int | None, on_gpu: bool, current: int | None = None,
            + words.set_loader(setup, changes) + "; or decode once with `gpufeed pack` and read the packed file "
              "with gpufeed.Feed, which gathers uint8 batches on threads and augments on the device.")
     return measured + fix, f"{words.loader_snippet(setup, changes)}\n\n# or: {feed[2:]}"
+
+
+def _overhead_fix(inside: dict, workers: int | None, current: int | None, setup: Setup) -> tuple[str, str]:
+    """The fix when every part of the loader is under MIN_BLAMED_MS a batch: the wait is the loader's fixed cost
+    per batch (its Python around the parts), which a larger batch spreads and workers move off the loop."""
+    parts = ", ".join(f"{SHORT_NAMES[name]} {_ms(inside[f'{name}_ms'])}" for name in SHORT_NAMES
+                      if inside.get(f"{name}_ms") is not None)
+    count = str(workers) if workers is not None else "min(os.cpu_count(), 8)"
+    text = (f"The step waits for its next batch, but no part of the loader is slow ({parts} per batch, each under "
+            f"{MIN_BLAMED_MS} ms): the wait is the DataLoader's fixed cost per batch, not the data. A larger batch "
+            f"spreads that cost over more samples (scale the learning rate with it)")
+    changes = {"num_workers": count, "persistent_workers": "True"}
+    if not current:
+        text += f"; worker processes take it off the training loop: {words.set_loader(setup, changes)}"
+    return text + ".", (words.loader_snippet(setup, changes)
+                        + "\n# and a larger batch: the loader's fixed cost per batch spread over more samples")
 
 
 def _per_batch(inside: dict) -> str:

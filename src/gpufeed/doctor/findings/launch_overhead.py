@@ -50,6 +50,11 @@ MEANING = "the step's time goes to launching many small operators, not to arithm
 # TensorFlow profiler (the file cited for INPUT_SHARE_* in grading.py): kernel launch share, moderate >= 3%,
 # high >= 15%.
 LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH = 0.03, 0.15
+# The TensorFlow profiler's "moderate" kernel-launch share is where a fix is recommended.
+RECOMMEND_AT = LAUNCH_SHARE_MEDIUM
+# shares.py: on an equal share of the same idle time, a batch known to be small is the more specific cause (the
+# host-bound gate's evidence is the same; the lever, a larger batch, is named by both).
+YIELDS_TO = ("small_batch",)
 # Holistic Trace Analysis, get_cuda_kernel_launch_stats(launch_delay_cutoff=100): a kernel that waits more than
 # 100 us after its launch is an outlier. Idle time per launched kernel below that is the launch rhythm itself.
 LAUNCH_DELAY_US = 100.0
@@ -183,6 +188,12 @@ def _by_the_profile(seen: Observation, notes: Notes) -> Finding | None:
                          f"which counts gaps between kernels as busy")
         return _event_span_only(seen)
     return _on_cuda(seen, profile)
+
+
+def claims(finding: Finding) -> str:
+    """The part of the step it claims (shares.py): a GPU's idle time for the ways that read it (`idle_share`),
+    else the model's part (the Python between operators, or the step's time beyond its arithmetic)."""
+    return "idle" if "idle_share" in finding.evidence else "model"
 
 
 def detect(seen: Observation, notes: Notes) -> Finding | None:

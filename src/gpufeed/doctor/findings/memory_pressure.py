@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 KIND = "memory_pressure"
 MEANING = "device memory near its limit, allocator retries, or host RAM nearly full"
+CLAIMS_TIME = False  # shares.py: its time is not measured, so it claims no share and is never the verdict
+RECOMMEND_AT = None
 # gpufeed's choice: peak memory at 90% of capacity leaves no room to raise the batch.
 MEMORY_PEAK_FRACTION = 0.90
 # Prometheus node_exporter mixin, NodeMemoryHighUtilization: host memory used (total - available) above 90%.

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 KIND = "periodic_stall"
 MEANING = "every N steps a step is much slower"
+PART = "step"  # shares.py: a stall can be anywhere in the step (logging, evaluation, a checkpoint)
+# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
+RECOMMEND_AT = 0.05
 # gpufeed's choice: one periodic cause (logging, a checkpoint) stalls by about the same time on each beat; slow steps
 # under a quarter of the largest excess are jitter (a loaded host, a cold cache after a stall), not stalls. Set
 # with stall_period's conditions on simulated windows (stalls.py).

@@ -1,7 +1,9 @@
 """precision: float64 where float32 would do, or float32 where bf16 or fp16 would.
 
-Found (high) when a float64 model input or parameter was seen or float64 operations were counted: the share is
-the step time the dtype governs (wall less data wait, copies and syncs), a bound on what float32 can save; and
+Found (high) when a float64 model input or parameter was seen or float64 FLOPs were counted (the warm-up step's
+arithmetic, observe/flops.py: `fp64_flops_per_step` and their fraction of the step's FLOPs in the evidence; None
+when nothing was counted): the share is the step time the dtype governs (wall less data wait, copies and syncs),
+a bound on what float32 can save; and
 (medium) on a GPU when no outermost forward ran under torch.autocast: the share is the device's busy share.
 The bf16 fix is the framework's switch (frameworks/words.py: TrainingArguments(bf16=True), Lightning's
 precision="bf16-mixed", Accelerator(mixed_precision="bf16")).
@@ -23,19 +25,23 @@ if TYPE_CHECKING:
 
 KIND = "precision"
 MEANING = "float64 where float32 would do, or float32 where bf16/fp16 would"
+PART = "model"  # shares.py: the dtype governs the model's own time
+# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
+RECOMMEND_AT = 0.05
 
 
 def detect(seen: Observation, notes: Notes) -> Finding | None:
-    counted = [r for r in seen.steps if r.float64_ops > 0]
     totals = seen.totals
-    if counted or seen.float64_seen:
-        governed = counted or seen.steps  # the flag alone does not say which steps
-        compute_s = sum(max(0.0, r.wall_s - r.data_wait_s - r.copy_s - r.sync_s) for r in governed)
+    arithmetic = seen.arithmetic
+    fp64 = arithmetic.flops_in("fp64") if arithmetic is not None else None
+    if fp64 or seen.float64_seen:
+        compute_s = sum(max(0.0, r.wall_s - r.data_wait_s - r.copy_s - r.sync_s) for r in seen.steps)
         share = totals.share(compute_s)  # the step time the dtype governs: a bound on what float32 can save
-        evidence = {"float64_ops_per_step": sum(r.float64_ops for r in seen.steps) / totals.steps,
-                    "steps_with_float64": len(counted), "governed_share": share}
+        evidence = {"fp64_flops_per_step": fp64, "fp64_flop_fraction": fp64 / arithmetic.flops_per_step
+                    if fp64 is not None and arithmetic.flops_per_step else None,
+                    "float64_tensor_seen": seen.float64_seen, "governed_share": share}
         return new_finding(KIND, "high", share, evidence, fix(True, seen.device_type),
-                           confidence(len(counted)) if counted else "medium")
+                           confidence(totals.steps) if fp64 else "medium")
     if not seen.on_gpu:
         return None
     if seen.autocast_seen is None:

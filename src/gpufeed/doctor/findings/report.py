@@ -62,6 +62,54 @@ def gain_headline(gain: dict) -> str:
     return "; ".join(parts)
 
 
+def verdict_headline(document: dict) -> str:
+    """The verdict in a line, with the share it rests on: "input_bound: 24% of the step (high); near-tie with
+    sync_stall". A report without a verdict says so."""
+    verdict = document["verdict"]
+    if verdict.get("primary") is None:
+        return "no verdict: no training step was watched"
+    primary = verdict["primary"]
+    finding = next((f for f in document.get("findings", ()) if f["kind"] == primary), {})
+    share = verdict.get("share", finding.get("share"))  # a report saved before verdict.share: its finding's
+    if primary == "compute_bound":
+        rests = (f"no waste reaches its level; the model's own work is {share:.0%} of the step"
+                 if share is not None else "no waste reaches its level")
+    else:
+        rests = f"{share:.0%} of the step" if share is not None else "share not computed"
+        rests += f" ({finding['severity']})" if finding.get("severity") else ""
+    tied = verdict.get("tied_with") or []
+    return f"{primary}: {rests}" + (f"; near-tie with {', '.join(tied)}" if tied else "")
+
+
+def rates_sentence(document: dict) -> str:
+    """The loader's rate against the model's in words, as they compare for the loader's workers: without workers
+    the loader runs in series with the model (its time adds to the step), so it never "keeps up"; with background
+    workers its delivered rate is compared with what the model consumes fed instantly."""
+    loader, model = document.get("loader_samples_per_s"), document.get("model_samples_per_s")
+    wait = document["verdict"].get("data_wait")
+    workers = document.get("loader_workers")
+    if "loader_workers" not in document:  # a report saved before the key: input_bound's evidence, if any
+        workers = next((f["evidence"].get("loader_workers") for f in document.get("findings", ())
+                        if f["kind"] == "input_bound"), None)
+    if model is None or model <= 0:
+        return "Samples per second were not computed (the batch size was not read)."
+    fed = f"the model consumes {model:,.0f} samples/s when fed instantly"
+    if workers == 0:
+        if loader is None or loader <= 0:
+            return (f"The loader has no workers, so it runs in series with the model, inside the step: it took "
+                    f"{wait:.0%} of the step; {fed}.")
+        loop = 1.0 / (1.0 / loader + 1.0 / model)
+        return (f"The loader has no workers, so it runs in series with the model: it makes {loader:,.0f} samples/s "
+                f"while it runs and {fed}; in series they give {loop:,.0f} samples/s, the loader taking "
+                f"{wait:.0%} of the step.")
+    if loader is None or loader <= 0:
+        return (f"The steps waited {wait:.0%} of their time for data, so the loader keeps up: it is at least as "
+                f"fast as the model, which consumes {model:,.0f} samples/s when fed instantly.")
+    gap = (f"the model could consume {model / loader:.2f}x what the loader supplies" if model > loader
+           else f"the loader supplies {loader / model:.2f}x what the model consumes: it keeps up")
+    return f"The loader supplies {loader:,.0f} samples/s; {fed}: {gap}."
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str  # one of KINDS
@@ -88,6 +136,8 @@ class Verdict:
     steps: int
     device: str
     world_size: int = 1  # ranks of the run (the watched steps and findings above them are rank 0's)
+    share: float | None = None  # the verdict's finding's share of the step, what the verdict rests on
+    tied_with: list[str] = field(default_factory=list)  # kinds over their level whose shares' intervals overlap
 
 
 @dataclass(frozen=True)
@@ -103,6 +153,7 @@ class Report:
     timeline: dict = field(default_factory=lambda: {"steps": [], "samples": []})
     # with several ranks: one RankSummary per gathered rank (doctor/observation.py), as dicts, by rank
     ranks: list[dict] = field(default_factory=list)
+    loader_workers: int | None = None  # the training DataLoader's num_workers (None: not read): how the rates compare
 
     @property
     def unmeasured(self) -> list[str]:
@@ -127,7 +178,7 @@ class Report:
                    [Note("run" if text in run else "unmeasured", text) for text in document.get("unmeasured", [])],
                    document.get("loader_samples_per_s"), document.get("model_samples_per_s"),
                    document.get("script_error"), copy.deepcopy(document.get("timeline") or {}),
-                   copy.deepcopy(document.get("ranks") or []))
+                   copy.deepcopy(document.get("ranks") or []), document.get("loader_workers"))
 
     def to_json(self) -> dict:
         findings = [dict(dataclasses.asdict(finding), gain=finding.gain and finding.gain.to_json())
@@ -136,4 +187,4 @@ class Report:
                 "notes": [note.text for note in self.notes if note.kind == "run"],
                 "loader_samples_per_s": self.loader_samples_per_s, "model_samples_per_s": self.model_samples_per_s,
                 "script_error": self.script_error, "timeline": copy.deepcopy(self.timeline),
-                "ranks": copy.deepcopy(self.ranks)}
+                "ranks": copy.deepcopy(self.ranks), "loader_workers": self.loader_workers}

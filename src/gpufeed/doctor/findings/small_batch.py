@@ -1,16 +1,20 @@
 """small_batch: the device is underfilled; raise the batch or fuse.
 
 Judged on the batch the model sees (`Observation.model_batch`: with gradient accumulation one loader batch):
-- on a GPU, two ways: the device is busy but its kernels occupy few SMs (GPM SM activity below
+- on any device, when the batch probe ran (observe/probe.py: a forward and backward at 1x, 2x and 4x the batch,
+  after the watch): the model's time per batch less the batch times the probe's per-sample cost is fixed cost, a
+  larger batch's to spread; the share is that fraction of the model's part of the step (`probed`), graded as
+  shares are (grading.severity);
+- on a GPU without a probe, two ways: the device is busy but its kernels occupy few SMs (GPM SM activity below
   LOW_SM_ACTIVITY_PERCENT while the device runs kernels at least LOW_DEVICE_BUSY of the time; utilization.gpu
   reads 100% whenever any kernel runs, GPM's SM activity the share of SMs that had work; the share is the step
   time in kernels that left the rest of the SMs idle), or a batch under SMALL_BATCH on a device busy less than
   LOW_DEVICE_BUSY (the share is the idle share waits, copies and syncs leave; medium when the host-bound gate
   holds, else low);
-- on the CPU, a batch under SMALL_BATCH whose model time per batch is under SHORT_CPU_STEP_S: a heuristic, low,
-  claiming no share (throughput at other batch sizes is not measured). A step whose measured arithmetic is tiny
-  for its time (its FLOPs against the device's peak, per operator) is launch_overhead's first way, which also
-  names the batch as the lever; this one reads the batch size alone.
+- on the CPU without a probe, a batch under SMALL_BATCH whose model time per batch is under SHORT_CPU_STEP_S: a
+  heuristic, low, claiming no share (throughput at other batch sizes is not measured). A step whose measured
+  arithmetic is tiny for its time (its FLOPs against the device's peak, per operator) is launch_overhead's first
+  way, which also names the batch as the lever; this one reads the batch size alone.
 --try: the DataLoader's batch_size doubled (a measurement, not a drop-in fix: it changes the optimisation).
 """
 
@@ -28,20 +32,33 @@ from gpufeed.doctor.findings.grading import (
 )
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
+from gpufeed.doctor.observation import SMALL_BATCH
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
 
 KIND = "small_batch"
 MEANING = "the device is underfilled: raise the batch or fuse"
-# gpufeed's choice: below 32 samples a batch rarely fills a GPU; on the CPU a step under 10 ms is short enough that
-# fixed per-step costs (Python, per-operator dispatch of some microseconds) weigh on it.
-SMALL_BATCH = 32
+# gpufeed's choice: on the CPU without the batch probe, a step under 10 ms is short enough that fixed per-step costs
+# (Python, per-operator dispatch of some microseconds) weigh on it. SMALL_BATCH is observation.py's.
 SHORT_CPU_STEP_S = 0.010
 # NVIDIA DCGM user guide, profiling metrics, SM Activity (DCGM_FI_PROF_SM_ACTIVE, what NVML's GPM SM_UTIL reads):
 # "A value of 0.8 or greater is necessary, but not sufficient, for effective use of the GPU. A value less than
 # 0.5 likely indicates ineffective GPU usage." utilization.gpu reads 100% whenever any kernel runs.
 LOW_SM_ACTIVITY_PERCENT = 50.0
+# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
+RECOMMEND_AT = 0.05
+
+
+def claims(finding: Finding) -> str:
+    """The part of the step it claims (shares.py): busy time in kernels that leave SMs idle (GPM), the model's
+    part for the fixed cost the batch probe measured, a GPU's idle time (a small batch on a GPU busy under half
+    the step), else the model's part (the CPU)."""
+    if "sm_idle_share_of_busy" in finding.evidence:
+        return "busy"
+    if "fixed_share_of_model" in finding.evidence:
+        return "model"
+    return "idle" if finding.evidence.get("device_busy") is not None else "model"
 
 
 def underfilled(seen: Observation) -> Finding | None:
@@ -59,12 +76,39 @@ def underfilled(seen: Observation) -> Finding | None:
     return new_finding(KIND, severity(share), share, evidence, fix(batch, sm, batches), confidence(supporting))
 
 
+def probed(seen: Observation, batches: int) -> Finding | None:
+    """The step's fixed cost from the batch probe (observe/probe.py): the model's time per forward less the
+    batch times the probe's per-sample cost is what a larger batch spreads; its share of the step is that
+    fraction of the model's part (shares.py)."""
+    probe, totals = seen.probe, seen.totals
+    model_s = totals.wall_s - totals.data_wait_s - totals.copy_s - totals.sync_s
+    if probe is None or model_s <= 0:
+        return None
+    per_forward_s = model_s / totals.steps / batches
+    fixed_s = max(0.0, per_forward_s - probe.per_sample_s * probe.batch)
+    fixed_fraction = fixed_s / per_forward_s
+    share = fixed_fraction * totals.share(model_s)
+    evidence = {"batch_size": probe.batch,
+                "probe_ms": {f"{factor}x": round(1000.0 * s, 4) for factor, s in probe.seconds},
+                "probe_repeats": probe.repeats, "per_sample_ms": 1000.0 * probe.per_sample_s,
+                "per_sample_from": "slope" if probe.slope_resolved else "upper bound",
+                "model_ms_per_batch": 1000.0 * per_forward_s, "fixed_ms_per_batch": 1000.0 * fixed_s,
+                "fixed_share_of_model": fixed_fraction, "device_busy": seen.device_busy()}
+    if batches > 1:
+        evidence["batches_per_step"] = batches
+    supporting = totals.steps if probe.repeats >= 3 else 0
+    return new_finding(KIND, severity(share), share, evidence,
+                       fix(probe.batch, accumulated=batches, fixed=evidence), confidence(supporting))
+
+
 def detect(seen: Observation, notes: Notes) -> Finding | None:
     batch, batches = seen.model_batch()
     if seen.on_gpu and (found := underfilled(seen)) is not None:
         return found
     if batch is None or batch >= SMALL_BATCH:
         return None
+    if (found := probed(seen, batches)) is not None:
+        return found
     totals = seen.totals
     model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps / batches
     evidence = {"batch_size": batch, "model_step_ms": 1000.0 * model_step_s, "device_busy": seen.device_busy()}
@@ -88,10 +132,25 @@ def detect(seen: Observation, notes: Notes) -> Finding | None:
 
 
 def fix(batch_size: int | None, sm_activity_percent: float | None = None,
-                accumulated: int = 1) -> tuple[str, str]:
+        accumulated: int = 1, fixed: dict | None = None) -> tuple[str, str]:
     """The fix for an underfilled device: a batch known to be small, or kernels that occupy few SMs (GPM).
     `accumulated`: batches per optimizer step (gradient accumulation): then the lever is a larger batch with fewer
-    accumulated, the same samples per step."""
+    accumulated, the same samples per step. `fixed`: the batch probe's evidence (`probed`), said first."""
+    if fixed is not None:
+        words, snippet = _batch_fix(batch_size, accumulated=accumulated)
+        about = "about" if fixed["per_sample_from"] == "slope" else "at most"
+        measured = (f"A batch of {batch_size} costs {fixed['model_ms_per_batch']:.2f} ms of model time, of which "
+                    f"{about} {fixed['per_sample_ms'] * batch_size:.3g} ms grows with the samples "
+                    f"({fixed['per_sample_ms']:.3g} ms each, from the doctor's probe at 1x, 2x and 4x the batch): "
+                    f"{'' if about == 'about' else 'at least '}{fixed['fixed_share_of_model']:.0%} of it is "
+                    f"fixed cost per batch (the optimizer step, the Python around the model, each operator's "
+                    f"dispatch), which a larger batch spreads over more samples. ")
+        return measured + words, snippet
+    return _batch_fix(batch_size, sm_activity_percent, accumulated)
+
+
+def _batch_fix(batch_size: int | None, sm_activity_percent: float | None = None,
+               accumulated: int = 1) -> tuple[str, str]:
     if batch_size is None or sm_activity_percent is not None:
         seen = f"the kernels kept only {sm_activity_percent:.0f}% of the SMs busy" if sm_activity_percent is not None \
             else "the device is underfilled"

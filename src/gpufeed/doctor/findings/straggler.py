@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 KIND = "straggler"
 MEANING = "one rank is slower than the rest"
+PART = "collective"  # shares.py: the others' wait at the all-reduce
+# gpufeed's choice: communication's level (torch-tb-profiler, 10%), as the time is spent at the same all-reduce.
+RECOMMEND_AT = 0.10
 # gpufeed's choice: a rank 10% slower than the median holds every other rank at each all-reduce.
 STRAGGLER_EXCESS = 0.10
 # gpufeed's choice: below a millisecond a step the difference is the timer's and the scheduler's, not a rank's.

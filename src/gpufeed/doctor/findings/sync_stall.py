@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 KIND = "sync_stall"
 MEANING = "the host waits on the device inside the step"
+PART, PER_STEP = "sync", "sync_s"  # shares.py: the part of the step its cause lives in
+# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
+RECOMMEND_AT = 0.05
 
 
 def detect(seen: Observation, notes: Notes) -> Finding | None:

@@ -14,8 +14,9 @@
 - global module forward pre/post hooks: the outermost forward (no other active) with grad enabled after a backward
   pass (a hook on its output) marks a step, so a validation forward under torch.no_grad() does not; its inputs
   (positional and keyword: `model(**batch)`) and first parameter tell the batch size, float64 and CUDA, read when
-  it returns. Dropped at the end of the first outermost forward once a loader or an optimizer is the step clock,
-  so that their cost (a call per module) stops there.
+  it returns. The first training forward at a small batch is kept for the batch probe (probe.py), which the
+  hooks ignore while it runs. Dropped at the end of the first outermost forward once a loader or an optimizer is
+  the step clock, so that their cost (a call per module) stops there.
 - with CUDA only: `Tensor.to/.cuda/.cpu/.copy_` (host-to-device copies: host time, bytes, pinned or not; device to
   host counts as a wait), `Tensor.item/.tolist` and `torch.cuda.synchronize` (host waits: counted and timed), and,
   once the script uses CUDA, `torch.cuda.set_sync_debug_mode("warn")` with a warnings filter that counts implicit
@@ -43,6 +44,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from gpufeed.doctor.frameworks.setup import Constructions
 from gpufeed.doctor.notes import Note
+from gpufeed.doctor.observe import probe
 from gpufeed.doctor.patching import Patch, call_site, first_tensor
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's text in sync debug mode "warn"
@@ -97,6 +99,8 @@ class Instrumentation:
         self._end_sync_debug()
 
     def _maybe_stop(self) -> None:
+        if self.watcher.done and self._depth == 0 and os.getpid() == self._pid:
+            self.watcher.run_probe()  # once, between steps, in the script's own settings (threads, device)
         if self.stop_when_done and (self.watcher.done or self.stop_requested) and os.getpid() == self._pid:
             raise DoctorStop
 
@@ -116,7 +120,7 @@ class Instrumentation:
 
     def _on_forward_pre(self, module, inputs) -> None:
         self._depth += 1
-        if self._depth != 1 or os.getpid() != self._pid:
+        if self._depth != 1 or os.getpid() != self._pid or self.watcher.probing:
             return
         watcher = self.watcher
         watcher.seen["forward calls"] += 1
@@ -129,7 +133,7 @@ class Instrumentation:
     def _on_forward_post(self, module, inputs, *rest) -> None:
         """(module, args, kwargs, output); torch calls it (module, args, output) when the forward raised."""
         self._depth = max(0, self._depth - 1)
-        if self._depth != 0 or os.getpid() != self._pid:
+        if self._depth != 0 or os.getpid() != self._pid or self.watcher.probing:
             return
         kwargs, output = rest if len(rest) == 2 else ({}, rest[0])
         watcher = self.watcher
@@ -159,6 +163,8 @@ class Instrumentation:
                     self._using_cuda()
         if tensor is not None and tensor.dim() > 0:
             self.watcher.on_forward_input(int(tensor.shape[0]), id(module), torch.is_grad_enabled())
+            if self.watcher.capture is None and torch.is_grad_enabled():  # the first training forward
+                self.watcher.capture = probe.capture(module, *inputs, int(tensor.shape[0])) or False
         autocast = torch.is_autocast_enabled("cuda" if self.watcher.device == "cuda" else "cpu")
         self.watcher.autocast_seen = bool(self.watcher.autocast_seen) or autocast
 

@@ -59,6 +59,7 @@ from torch.utils.data._utils import fetch as fetch_module
 from torch.utils.data._utils import pin_memory as pin_module
 
 from gpufeed.doctor.observation import LoaderParts
+from gpufeed.doctor.patching import shown_path
 from gpufeed.measure.steps import LoaderSplit
 
 ITERABLE_GAP = ("DataLoader __getitem__ time: the dataset is an IterableDataset, which has no per-sample "
@@ -201,4 +202,4 @@ def code_site(function) -> tuple[str | None, str | None]:
     if code is None:  # a callable object
         code = getattr(type(function).__call__, "__code__", None) if callable(function) else None
         name = name or type(function).__qualname__
-    return name, f"{code.co_filename}:{code.co_firstlineno}" if code is not None else None
+    return name, f"{shown_path(code.co_filename)}:{code.co_firstlineno}" if code is not None else None

@@ -38,6 +38,7 @@ import torch
 from gpufeed.doctor.frameworks.setup import LoaderOrigin, setup_of
 from gpufeed.doctor.notes import Note, unmeasured
 from gpufeed.doctor.observation import (
+    BatchProbe,
     Host,
     LoaderParts,
     LoaderSettings,
@@ -47,6 +48,7 @@ from gpufeed.doctor.observation import (
     ProfileWindow,
     Ranks,
 )
+from gpufeed.doctor.observe import probe
 from gpufeed.doctor.observe.clock import Held, StepContents, batch_size_of, step_shape
 from gpufeed.doctor.observe.flops import FlopCount, step_arithmetic
 from gpufeed.doctor.observe.profile import PROFILE_STEPS, StepProfiler, cuda_traced, profile_notes
@@ -59,7 +61,7 @@ CPU_DEVICE = ("host-to-device copies: the device is the CPU",
               "sync stalls: the device is the CPU (.item() does not wait for a device)",
               "device compute time: the device is the CPU; wall time minus data wait is the compute")
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
-              "sync_s": 0.0, "batch_size": None, "float64_ops": 0, "loader_split": None}
+              "sync_s": 0.0, "batch_size": None, "loader_split": None}
 
 
 class Watcher:
@@ -95,6 +97,9 @@ class Watcher:
         self._step, self._regions, self._region_start = dict(_ZERO_STEP), [], None
         self.contents = StepContents()  # the step's training batches and model rows (clock.py)
         self.flop_count = FlopCount()  # the FLOPs of the last warm-up step (flops.py)
+        self.capture: probe.Capture | bool | None = None  # the first training forward, for the probe (False: none)
+        self.probing = False  # the batch probe is running: the hooks ignore its forwards
+        self._probed: tuple[BatchProbe | None, list[Note]] | None = None
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -294,11 +299,12 @@ class Watcher:
             lines += unmeasured(CPU_DEVICE)
         lines += profile_notes(self.profile_steps, self._profiler is not None, self.profile, bool(self._raw), cuda)
         lines += unmeasured(self._sampler.unmeasured if self._sampler is not None else ())
-        if self.float64_seen:
-            lines += unmeasured(["float64 operations per step: not counted; a float64 model input or parameter "
-                                 "was seen"])
         memory, memory_notes = device_memory(cuda)
         arithmetic, arithmetic_notes = step_arithmetic(self.flop_count, cuda, self.warmup)
+        if self.float64_seen and arithmetic is None:
+            lines += unmeasured(["float64 operations per step: not counted; a float64 model input or parameter "
+                                 "was seen"])
+        batch_probe, probe_notes = self.run_probe()
         watched = [(fields["batch_size"], held) for fields, _, held in self._raw]
         shape, shape_notes = step_shape(watched, self.contents, self.forward_batch_size, self.source,
                                         self.seen["optimizers"])
@@ -307,8 +313,25 @@ class Watcher:
         return Observation(tuple(self.records), tuple(self.samples), device,
                            Host(os.cpu_count(), self.threads or torch.get_num_threads()), loader, memory,
                            ProfileWindow.of(self.profile), shape, self.float64_seen, self.autocast_seen, Ranks(),
-                           tuple(shape_notes + lines + memory_notes + arithmetic_notes), script_error,
-                           arithmetic=arithmetic, setup=setup_of(self.loader_origin, self._site_file()))
+                           tuple(shape_notes + lines + memory_notes + arithmetic_notes + probe_notes), script_error,
+                           arithmetic=arithmetic, setup=setup_of(self.loader_origin, self._site_file()),
+                           probe=batch_probe)
+
+    def run_probe(self) -> tuple[BatchProbe | None, list[Note]]:
+        """The batch probe (probe.py) of the captured forward, once, after the watch: the instrumentation runs it
+        between steps once the watch is done (hooks.py), else `observe` does while the model is still alive;
+        none when no forward at a small batch was captured or no step was watched."""
+        if self._probed is None:
+            result: tuple[BatchProbe | None, list[Note]] = (None, [])
+            if isinstance(self.capture, probe.Capture) and self._raw:
+                self.probing = True
+                try:
+                    found, text = probe.run(self.capture)
+                finally:
+                    self.probing = False
+                result = (found, [Note("run" if found is not None else "unmeasured", text)])
+            self._probed, self.capture = result, False  # the copy of the batch is not kept past the probe
+        return self._probed
 
     def _site_file(self) -> str | None:
         """The file of the line that asked for the training batches (call_site's), when known."""

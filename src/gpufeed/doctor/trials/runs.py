@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpufeed.doctor.findings.grading import lower_confidence, spread_confidence
+from gpufeed.doctor.findings.invariants import BEYOND_SHARE, gain_allowed
 from gpufeed.doctor.findings.report import Finding, Gain, Report
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observe.inject import describe_exception, run_script
@@ -197,7 +198,29 @@ def with_trials(baseline: Report, trials: list[Trial], unmeasured: list[Note]) -
                   for trial in own if trial.gain is None]
         measured = [trial for trial in own if trial.gain is not None]
         if measured:
-            finding = dataclasses.replace(finding, gain=finding_gain(measured),
-                                          confidence=tried_confidence(finding, measured))
+            gain = beyond_share(finding, finding_gain(measured))
+            finding = dataclasses.replace(finding, gain=gain, confidence=tried_confidence(finding, measured))
         findings.append(finding)
     return findings, notes
+
+
+def beyond_share(finding: Finding, gain: Gain) -> Gain:
+    """`gain` with a reason in its `how` when it (the fix's or the bound's) is more than removing the finding's
+    whole share could give (invariants.gain_allowed: 1 / (1 - share), with its slack): the share counts only the
+    time blocked in its part of the step, and the change also sped up the rest, or the pairs are noise."""
+    if finding.share <= 0:
+        return gain
+    allowed = gain_allowed(finding.share)
+    over = [(name, value) for name, value in (("the fix", gain.measured), ("the bound", gain.bound))
+            if value is not None and value > allowed]
+    if not over:
+        return gain
+    if finding.kind == "input_bound":
+        cause = ("the loader's work also slowed the rest of the step, which the wait does not count: its Python, "
+                 "or its workers and pin thread, shared the cores with the model's threads")
+    else:
+        cause = "the change also sped up a part of the step the share does not count, or the pairs differ by noise"
+    said = ", ".join(f"{name} {value:.2f}x" for name, value in over)
+    return dataclasses.replace(gain, how=f"{gain.how}; {BEYOND_SHARE}: {said} beside a share of "
+                                         f"{finding.share:.0%}, which removed whole gives "
+                                         f"{1.0 / (1.0 - finding.share):.2f}x: {cause}")
