@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -158,8 +159,12 @@ def test_a_straggler_is_named_with_its_rank_and_cause(case: str, rank: int, caus
 def test_a_large_all_reduce_at_a_tiny_batch_is_communication(tmp_path: Path) -> None:
     completed, document = doctor_two_ranks("communication", tmp_path)
     assert completed.returncode == 0, completed.stderr[-3000:]
-    assert document["verdict"]["primary"] == "communication"
+    # at a batch of 2, the batch probe finds the model's own step mostly fixed cost (weight-bound products and the
+    # optimizer over 8.4 M parameters) about as large as the exposed all-reduce: the verdict is one of the two, and
+    # communication is over its level either way (both fixes start with a larger per-rank batch)
+    assert document["verdict"]["primary"] in ("communication", "small_batch")
     found = {f["kind"]: f for f in document["findings"]}["communication"]
+    assert found["share"] > 0.10
     # 1024x4096 + 4096 + 4096x1024 + 1024 + 1024x4 + 4 float32 parameters, all-reduced every step
     parameters = 1024 * 4096 + 4096 + 4096 * 1024 + 1024 + 1024 * 4 + 4
     assert found["evidence"]["bytes_per_step"] == pytest.approx(4 * parameters)
@@ -240,8 +245,10 @@ def test_try_on_two_ranks_measures_the_ddp_settings_each_run_its_own_job(tmp_pat
          str(SCRIPTS / "ddp_cases.py"), "communication"],
         capture_output=True, text=True, timeout=400, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert completed.returncode == 0, completed.stderr[-3000:]
-    assert "2 experiments (gradient_as_bucket_view, fp16_compress) on 2 ranks, 1 pair each: 4 more jobs" in \
-        completed.stderr
+    # with double_batch too when the batch probe grades small_batch medium or high (a batch of 2)
+    assert re.search(r"(2 experiments \(gradient_as_bucket_view, fp16_compress\) on 2 ranks, 1 pair each: 4|"
+                     r"3 experiments \(gradient_as_bucket_view, fp16_compress, double_batch\) on 2 ranks, 1 pair "
+                     r"each: 6) more jobs", completed.stderr)
     document = json.loads(target.read_text())
     found = {f["kind"]: f for f in document["findings"]}["communication"]
     gain = found["gain"]

@@ -230,7 +230,8 @@ def test_many_tiny_operators_are_launch_overhead_on_the_cpu() -> None:
     report = diagnose(watcher.observe())
     assert outcome.problem is None and watcher.done and len(watcher.profile.steps) == 5
     # 100 layers: forward linear x100 + mse_loss; backward: t/mm/sum per layer...; SGD: 200 add_: over 1000
-    assert all(step.operators == watcher.profile.steps[0].operators > 1000 for step in watcher.profile.steps)
+    counts = [step.operators for step in watcher.profile.steps]
+    assert min(counts) > 1000 and max(counts) - min(counts) <= 2  # the profiler counts one more now and then
     assert report.verdict.primary == "launch_overhead"
     (found,) = [f for f in report.findings if f.kind == "launch_overhead"]
     assert found.severity in ("medium", "high") and found.evidence["operators_per_step"] > 1000

@@ -40,7 +40,7 @@ SMALL_BATCH = 32
 @dataclass(frozen=True)
 class BatchProbe:
     """What observe/probe.py measured after the watch: seconds per forward+backward of the user's model at the
-    batch repeated by each factor (the medians of `repeats` runs)."""
+    batch repeated by each factor (the fastest of `repeats` runs)."""
 
     batch: int
     seconds: tuple[tuple[int, float], ...]  # (factor, seconds), factors ascending: 1, 2, 4
@@ -353,6 +353,12 @@ class Observation:
             return measured
         readings = [s.gpu_utilization_percent for s in self.samples if s.gpu_utilization_percent is not None]
         return statistics.fmean(readings) / 100.0 if readings else None
+
+    def own_collective_s(self) -> float:
+        """The watched rank's (rank 0's) wait at the gradient all-reduce after backward over the watched steps,
+        in seconds (its RankSummary's exposed_ms per step); 0 for one process."""
+        mine = next((r for r in self.ranks.per_rank if r.rank == 0), None)
+        return 0.0 if mine is None else min(self.totals.wall_s, mine.exposed_ms / 1000.0 * self.totals.steps)
 
     def model_batch(self) -> tuple[int | None, int]:
         """(the batch the model sees, batches per step): with gradient accumulation (several loader batches per

@@ -77,15 +77,23 @@ def underfilled(seen: Observation) -> Finding | None:
 
 
 def probed(seen: Observation, batches: int) -> Finding | None:
-    """The step's fixed cost from the batch probe (observe/probe.py): the model's time per forward less the
-    batch times the probe's per-sample cost is what a larger batch spreads; its share of the step is that
-    fraction of the model's part (shares.py)."""
+    """The step's fixed cost from the batch probe (observe/probe.py): the model's time per forward (the step
+    less its data wait, copies, syncs and, with several ranks, its wait at the all-reduce) less the batch times the
+    probe's per-sample cost, and less, with several ranks, what its forward and backward took beyond the probe's
+    (the all-reduce in flight contending with them), is what a larger batch spreads; its share of the step is that
+    fraction of the model's time."""
     probe, totals = seen.probe, seen.totals
-    model_s = totals.wall_s - totals.data_wait_s - totals.copy_s - totals.sync_s
+    model_s = totals.wall_s - totals.data_wait_s - totals.copy_s - totals.sync_s - seen.own_collective_s()
     if probe is None or model_s <= 0:
         return None
     per_forward_s = model_s / totals.steps / batches
-    fixed_s = max(0.0, per_forward_s - probe.per_sample_s * probe.batch)
+    # several ranks: the forward and backward rank 0 measured beyond the probe's, which ran without an all-reduce in
+    # flight, is that all-reduce's contention (threads on the same cores, memory traffic), not the batch's cost
+    mine = next((r for r in seen.ranks.per_rank if r.rank == 0), None) if seen.ranks.world_size > 1 else None
+    overlap_s = 0.0
+    if mine is not None:
+        overlap_s = max(0.0, (mine.forward_ms + mine.backward_ms) / 1000.0 / batches - probe.seconds[0][1])
+    fixed_s = max(0.0, per_forward_s - probe.per_sample_s * probe.batch - overlap_s)
     fixed_fraction = fixed_s / per_forward_s
     share = fixed_fraction * totals.share(model_s)
     evidence = {"batch_size": probe.batch,
@@ -94,6 +102,8 @@ def probed(seen: Observation, batches: int) -> Finding | None:
                 "per_sample_from": "slope" if probe.slope_resolved else "upper bound",
                 "model_ms_per_batch": 1000.0 * per_forward_s, "fixed_ms_per_batch": 1000.0 * fixed_s,
                 "fixed_share_of_model": fixed_fraction, "device_busy": seen.device_busy()}
+    if mine is not None:
+        evidence["all_reduce_overlap_ms"] = 1000.0 * overlap_s
     if batches > 1:
         evidence["batches_per_step"] = batches
     supporting = totals.steps if probe.repeats >= 3 else 0

@@ -4,15 +4,16 @@ When the watched loop's batch is under SMALL_BATCH (doctor/observation.py), the 
 training forward's module and a copy of its inputs (`Capture`), and once the watch is done, outside the watched
 steps, times a forward and backward of that module on the batch repeated 1, 2 and 4 times (`FACTORS`: every
 input tensor whose first dimension is the batch, concatenated with itself), the loss the sum of the outputs that
-require grad, no optimizer step. DistributedDataParallel runs it under `no_sync()` (no all-reduce). Before, it
+require grad, no optimizer step. DistributedDataParallel runs its wrapped module under `no_sync()` (no
+collective: no buffer broadcast, no all-reduce). Before, it
 saves and after it restores the parameters' gradients, the module's buffers (BatchNorm's running statistics and
 counts) and torch's RNG states (CPU and CUDA), so the script goes on as if nothing had run.
 
 Skipped, with a note: on a rank other than 0; when the device's memory or the host's RAM is over half full
 (MEMORY_LIMIT: a 4x batch must not run either out); under autocast, unless its dtype is read (the probe runs under
 the same); when the outputs hold nothing that requires grad. After one warm run of each factor, rounds take the
-factors in turn, REPEATS of them within BUDGET_S (fewer for a slow model); medians, on CUDA with a synchronize
-around each run.
+factors in turn, REPEATS of them within BUDGET_S (fewer for a slow model); each factor's fastest run counts (the
+machine's noise only adds time: another process, a page fault), on CUDA with a synchronize around each run.
 
 What it gives (`BatchProbe`, observation.py): the seconds per forward+backward at each factor; the per-sample
 cost is the slope between 1x and 4x (the widest lever arm), or, when the slope is not above zero (the growth is
@@ -24,7 +25,6 @@ model and every operator's dispatch, which a larger batch spreads over more samp
 from __future__ import annotations
 
 import contextlib
-import statistics
 import time
 import weakref
 from collections.abc import Mapping
@@ -159,7 +159,7 @@ def run(captured: Capture) -> tuple[BatchProbe | None, str]:
     timed = ", ".join(f"{factor}x {1000 * s:.2f} ms" for factor, s in probe.seconds)
     return probe, (f"{SUBJECT}: after the watch, a forward and backward of the model (no optimizer step; "
                    f"gradients, buffers and RNG restored after) at {captured.batch} samples repeated 1x, 2x and "
-                   f"4x, median of {repeats}: {timed}")
+                   f"4x, the fastest of {repeats}: {timed}")
 
 
 class _NoLoss(Exception):
@@ -167,11 +167,13 @@ class _NoLoss(Exception):
 
 
 def _time_factors(module: torch.nn.Module, captured: Capture, cuda: bool) -> tuple[list[float], int]:
-    """The median seconds at each factor and the rounds run: one warm run of each factor, then rounds that
+    """The fastest seconds at each factor and the rounds run: one warm run of each factor, then rounds that
     take the factors in turn (so that a drift of the machine's speed falls on all of them alike), as many as
-    BUDGET_S allows, at most REPEATS and at least 1."""
+    BUDGET_S allows, at most REPEATS and at least 1. A DistributedDataParallel module runs its own module, under
+    its no_sync(): DDP's forward may broadcast buffers to the other ranks, which are not probing."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
-    with module.no_sync() if ddp else contextlib.nullcontext():
+    wrapper, module = (module, module.module) if ddp else (None, module)
+    with wrapper.no_sync() if wrapper is not None else contextlib.nullcontext():
         inputs = [(_repeated(captured.args, captured.batch, factor), _repeated(captured.kwargs, captured.batch, factor))
                   for factor in FACTORS]
         warm = [_one(module, args, kwargs, captured.autocast, cuda) for args, kwargs in inputs]
@@ -180,7 +182,7 @@ def _time_factors(module: torch.nn.Module, captured: Capture, cuda: bool) -> tup
         for _ in range(rounds):
             for index, (args, kwargs) in enumerate(inputs):
                 times[index].append(_one(module, args, kwargs, captured.autocast, cuda))
-    return [statistics.median(seconds) for seconds in times], rounds
+    return [min(seconds) for seconds in times], rounds
 
 
 def _one(module, args, kwargs, autocast, cuda: bool) -> float:

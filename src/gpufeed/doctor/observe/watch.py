@@ -318,19 +318,27 @@ class Watcher:
                            probe=batch_probe)
 
     def run_probe(self) -> tuple[BatchProbe | None, list[Note]]:
-        """The batch probe (probe.py) of the captured forward, once, after the watch: the instrumentation runs it
-        between steps once the watch is done (hooks.py), else `observe` does while the model is still alive;
-        none when no forward at a small batch was captured or no step was watched."""
+        """The batch probe (probe.py) of the captured forward, once the watch is done: the instrumentation runs
+        it between steps (hooks.py), in the script's own settings, before the script goes on or is stopped. None
+        when no forward at a small batch was captured; a note when the loop ended before the watch was done
+        (the model may be gone, and under several ranks a failed rank's job is being ended)."""
         if self._probed is None:
             result: tuple[BatchProbe | None, list[Note]] = (None, [])
-            if isinstance(self.capture, probe.Capture) and self._raw:
-                self.probing = True
-                try:
-                    found, text = probe.run(self.capture)
-                finally:
-                    self.probing = False
-                result = (found, [Note("run" if found is not None else "unmeasured", text)])
-            self._probed, self.capture = result, False  # the copy of the batch is not kept past the probe
+            if isinstance(self.capture, probe.Capture):
+                if self.done:
+                    self.probing = True
+                    try:
+                        found, text = probe.run(self.capture)
+                    finally:
+                        self.probing = False
+                    result = (found, [Note("run" if found is not None else "unmeasured", text)])
+                else:
+                    result = (None, [Note("unmeasured", f"{probe.SUBJECT}: not run, the loop ended before the "
+                                                        f"watch was done")])
+            if self.done or isinstance(self.capture, probe.Capture):
+                self._probed, self.capture = result, False  # the copy of the batch is not kept past the probe
+            else:
+                return result
         return self._probed
 
     def _site_file(self) -> str | None:
