@@ -62,6 +62,31 @@ class BatchProbe:
 
 
 @dataclass(frozen=True)
+class DatasetAttribute:
+    """An attribute of the training Dataset that holds many Python objects (observe/worker_memory.py)."""
+
+    name: str  # "items", or "dataset.items" for the Dataset a Subset wraps
+    type: str  # "list", "dict", ...
+    length: int
+    bytes: int  # its items and what they hold one level down, estimated from a sample
+
+
+@dataclass(frozen=True)
+class WorkerMemoryReading:
+    """The training DataLoader's workers' private memory through the watch (observe/worker_memory.py)."""
+
+    samples: tuple[tuple[float, int, int | None, tuple[int, ...]], ...]  # (seconds, training batches so far,
+    # the main process's private bytes, each worker's), in time order
+    workers: int
+    dataset_length: int | None
+    epoch_batches: int | None  # batches in an epoch of the loader (len(iterator)); None: not known
+    batch_size: int | None  # the loader's batch_size (None: a batch sampler without one)
+    attributes: tuple[DatasetAttribute, ...]
+    available_bytes: int | None  # host RAM available at the end of the watch (psutil)
+    ranks_on_node: int  # LOCAL_WORLD_SIZE, else 1
+
+
+@dataclass(frozen=True)
 class Host:
     cpu_count: int | None  # os.cpu_count(); None when it cannot tell
     threads: int  # torch's intra-op threads as the script left them
@@ -308,6 +333,7 @@ class Observation:
     arithmetic: StepArithmetic | None = None  # a warm-up step's FLOPs and the peak (observe/flops.py); None: none
     setup: Setup = PLAIN  # the training loop's framework and its loader's site and settings (frameworks/setup.py)
     probe: BatchProbe | None = None  # the small-batch probe after the watch (observe/probe.py); None: not run
+    worker_memory: WorkerMemoryReading | None = None  # the loader's workers' memory (observe/worker_memory.py)
 
     @cached_property
     def batch_size(self) -> int | None:

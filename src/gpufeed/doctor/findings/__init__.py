@@ -35,11 +35,12 @@ from gpufeed.doctor.findings import (
     small_batch,
     straggler,
     sync_stall,
+    worker_memory,
 )
 from gpufeed.doctor.findings.report import KINDS
 
 FINDINGS = (input_bound, cpu_saturated, host_to_device, launch_overhead, sync_stall, small_batch, precision,
-            memory_pressure, periodic_stall, communication, straggler, compute_bound)
+            memory_pressure, worker_memory, periodic_stall, communication, straggler, compute_bound)
 assert tuple(module.KIND for module in FINDINGS) == KINDS, "FINDINGS and report.KINDS must list the same kinds"
 BY_KIND = {module.KIND: module for module in FINDINGS}
 MEANINGS = {module.KIND: module.MEANING for module in FINDINGS}

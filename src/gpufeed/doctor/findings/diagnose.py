@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpufeed.doctor.findings import BY_KIND, FINDINGS, KINDS, compute_bound, invariants, shares
+from gpufeed.doctor.findings import BY_KIND, FINDINGS, KINDS, compute_bound, invariants, shares, worker_memory
 from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM
 from gpufeed.doctor.findings.report import Report, Verdict
 from gpufeed.doctor.findings.verdict import candidates, choose
@@ -66,6 +66,8 @@ def diagnose(seen: Observation) -> Report:
         primary = compute_bound.detect(seen, notes, findings, left)
         findings.append(primary)
     findings.sort(key=lambda f: (f is not primary, -f.share, KINDS.index(f.kind)))
+    findings = worker_memory.annotate(findings)
+    primary = findings[0]
     totals = seen.totals
     verdict = Verdict(primary.kind, seen.device_busy(), totals.share(totals.data_wait_s), totals.steps,
                       seen.device or "unknown", seen.ranks.world_size, primary.share, tied)

@@ -9,6 +9,7 @@ has measured the gains), so that the next contradiction between findings is caug
   is advised when every part is under it;
 - precision: float64 is claimed only where fp64 FLOPs were counted or a float64 tensor was seen;
 - evidence: no path into an installed package's folder (site-packages): patching.shown_path's form;
+- workers: while worker_memory projects the RAM running out, no other fix advises workers without their cost;
 - rates: a loader without workers runs in series with the model, so the rates sentence never says it keeps up;
 - gains: a measured --try gain beyond what its finding's share allows (1 / (1 - share), with GAIN_SLACK) comes
   with a note that says why (trials/runs.py).
@@ -54,6 +55,11 @@ def violations(report: Report) -> list[str]:
         found += _verdict(report)
     for finding in findings:
         found += _finding(finding)
+    runs_out = any(f.kind == "worker_memory" and f.severity == "high" for f in findings)
+    for finding in findings:
+        if runs_out and finding.kind != "worker_memory" and "num_workers" in finding.fix + finding.snippet \
+                and "RAM" not in finding.fix:
+            found.append(f"{finding.kind} advises workers without their RAM cost while the RAM runs out")
     if report.loader_workers == 0 and "keeps up" in rates_sentence(report.to_json()):
         found.append("the rates sentence says a loader without workers keeps up")
     return found

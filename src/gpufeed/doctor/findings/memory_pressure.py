@@ -72,11 +72,8 @@ def fix(device: bool = True, host: bool = False) -> tuple[str, str]:
                    "hidden = checkpoint(block, hidden, use_reentrant=False)  # recompute in backward, do not store")
     if host:
         fix += (" " if fix else "") + (
-            "Host RAM is nearly full: the system will swap or the OOM killer will end the run. Each DataLoader worker "
-            "can end up with its own copy of an in-memory dataset (Python's reference counts defeat fork's "
-            "copy-on-write); keep the data in one memory-mapped file (gpufeed pack, read with gpufeed.Feed), or use "
-            "fewer workers.")
-        snippet += ("\n" if snippet else "") + ("# pack once, then read the mapped file (no copy per worker)\n"
-                                                "feed = gpufeed.Feed(\"data/train.gpuf\", batch_size=batch_size)")
+            "Host RAM is nearly full now: the system will swap or the OOM killer will end the run. Find what holds "
+            "it (other processes, a dataset loaded whole into memory, several ranks on one node) and lower it; "
+            "whether the DataLoader workers' own memory grows is worker_memory's finding.")
     return fix, snippet
 

@@ -17,7 +17,8 @@ SEVERITIES = ("high", "medium", "low", "info")
 # the vocabulary, in its order (detection, ties for the primary kind); findings/__init__.py's FINDINGS holds a
 # module of each, in the same order
 KINDS = ("input_bound", "cpu_saturated", "host_to_device", "launch_overhead", "sync_stall", "small_batch",
-         "precision", "memory_pressure", "periodic_stall", "communication", "straggler", "compute_bound")
+         "precision", "memory_pressure", "worker_memory", "periodic_stall", "communication", "straggler",
+         "compute_bound")
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,14 @@ def verdict_headline(document: dict) -> str:
         rests = f"{share:.0%} of the step" if share is not None else "share not computed"
         rests += f" ({finding['severity']})" if finding.get("severity") else ""
     tied = verdict.get("tied_with") or []
-    return f"{primary}: {rests}" + (f"; near-tie with {', '.join(tied)}" if tied else "")
+    line = f"{primary}: {rests}" + (f"; near-tie with {', '.join(tied)}" if tied else "")
+    memory = next((f for f in document.get("findings", ()) if f["kind"] == "worker_memory"
+                   and f["severity"] == "high"), None)
+    if memory is not None:  # not time, so never the verdict, but the run will not finish
+        batch = memory["evidence"].get("runs_out_at_batch")
+        line += ("; and the host's RAM runs out" + (f" at about batch {batch:,}" if batch is not None else
+                                                     " before the epoch ends") + " (worker_memory)")
+    return line
 
 
 def rates_sentence(document: dict) -> str:

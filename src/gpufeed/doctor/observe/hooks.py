@@ -191,7 +191,7 @@ class Instrumentation:
                 watcher.on_batch_wait(time.perf_counter() - start, batch, loader=loader,
                                       workers=getattr(iterator, "_num_workers", None),
                                       pin_memory=getattr(iterator, "_pin_memory", None), split=split, parts=parts,
-                                      origin=instrumentation._origins.get(iterator))
+                                      origin=instrumentation._origins.get(iterator), iterator=iterator)
                 instrumentation._maybe_stop()
                 return batch
             return __next__

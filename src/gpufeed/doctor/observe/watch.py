@@ -52,6 +52,7 @@ from gpufeed.doctor.observe import probe
 from gpufeed.doctor.observe.clock import Held, StepContents, batch_size_of, step_shape
 from gpufeed.doctor.observe.flops import FlopCount, step_arithmetic
 from gpufeed.doctor.observe.profile import PROFILE_STEPS, StepProfiler, cuda_traced, profile_notes
+from gpufeed.doctor.observe.worker_memory import WorkerMemory
 from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord
 from gpufeed.measure.timing import event_pairs_seconds
@@ -100,6 +101,7 @@ class Watcher:
         self.capture: probe.Capture | bool | None = None  # the first training forward, for the probe (False: none)
         self.probing = False  # the batch probe is running: the hooks ignore its forwards
         self._probed: tuple[BatchProbe | None, list[Note]] | None = None
+        self.worker_memory = WorkerMemory()  # the training loader's workers' private memory
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -136,17 +138,20 @@ class Watcher:
 
     def on_batch_wait(self, seconds: float, batch: Any, loader: Any = None, workers: int | None = None,
                       pin_memory: bool | None = None, split: LoaderSplit | None = None,
-                      parts: LoaderParts | None = None, origin: LoaderOrigin | None = None) -> None:
+                      parts: LoaderParts | None = None, origin: LoaderOrigin | None = None,
+                      iterator: Any = None) -> None:
         """A batch arrived after `seconds` blocked in the loader's __next__. `loader` names where it was asked
         for (clock.py; None: the loader `watch()` wraps); `workers` and `pin_memory` are its loader's settings;
         `split` the batch's loader time by part and `parts` its iterator's (loader_split.py), None: not timed;
-        `origin` where its loader was built (frameworks/setup.py; None: not recorded)."""
+        `origin` where its loader was built (frameworks/setup.py; None: not recorded); `iterator` the loader's
+        iterator, whose workers' memory is followed (worker_memory.py)."""
         if self.done:
             return
         self.seen["batches"] += 1
         if not self.contents.is_training(loader):  # validation, say: its wait is step time, not a data wait
             self.contents.on_batch(loader, None, training=False)
             return
+        self.worker_memory.on_training_batch(iterator)
         if loader is not None:
             self.loader_workers, self.loader_pin_memory, self.loader_parts = workers, pin_memory, parts
             self.loader_origin, self.loader_site = origin, loader
@@ -235,6 +240,7 @@ class Watcher:
     def _begin_profile(self) -> None:
         if self.profile_steps == 0:
             self.done = True
+            self.worker_memory.stop()
             return
         self._profiler = StepProfiler(self.profile_steps, cuda=cuda_traced(self.device))
         if not self._profiler.start():
@@ -252,6 +258,7 @@ class Watcher:
     def _end_profile(self, reason: str | None = None) -> None:
         self.profile, self._profiler = self._profiler.finish(reason), None
         self.done = True
+        self.worker_memory.stop()
 
     # --- CUDA compute regions -----------------------------------------------------------------------------
     def _cuda_active(self) -> bool:
@@ -305,6 +312,9 @@ class Watcher:
             lines += unmeasured(["float64 operations per step: not counted; a float64 model input or parameter "
                                  "was seen"])
         batch_probe, probe_notes = self.run_probe()
+        self.worker_memory.stop()
+        if self.worker_memory.problem:
+            probe_notes = [*probe_notes, Note("unmeasured", f"worker memory: {self.worker_memory.problem}")]
         watched = [(fields["batch_size"], held) for fields, _, held in self._raw]
         shape, shape_notes = step_shape(watched, self.contents, self.forward_batch_size, self.source,
                                         self.seen["optimizers"])
@@ -315,7 +325,7 @@ class Watcher:
                            ProfileWindow.of(self.profile), shape, self.float64_seen, self.autocast_seen, Ranks(),
                            tuple(shape_notes + lines + memory_notes + arithmetic_notes + probe_notes), script_error,
                            arithmetic=arithmetic, setup=setup_of(self.loader_origin, self._site_file()),
-                           probe=batch_probe)
+                           probe=batch_probe, worker_memory=self.worker_memory.reading())
 
     def run_probe(self) -> tuple[BatchProbe | None, list[Note]]:
         """The batch probe (probe.py) of the captured forward, once the watch is done: the instrumentation runs

@@ -1,0 +1,187 @@
+"""worker_memory: the DataLoader workers' private memory grows as they read the Dataset's Python objects
+("copy-on-read"), and is projected to the end of the epoch against the host's available RAM.
+
+Read from `Observation.worker_memory` (observe/worker_memory.py: each worker's USS through the watch, the Dataset's
+attributes that hold many Python objects and their bytes). The baseline is the first reading after every worker
+handed over a batch (their start-up is over), not the fork.
+
+The projection (`project`): reading a Python object writes its reference count, so a worker copies the page that
+holds it; reads are shuffled, so pages are dirtied at random and the growth slows as the epoch goes on. With the
+Dataset's objects occupying D bytes (their sum, `dataset_objects`) and about s samples' objects on a page, a
+worker that has read k of the N samples since the baseline has copied D * (1 - (1 - k/N)^s): s is fitted to the
+growth seen (s = ln(1 - g/D) / ln(1 - k/N)), and the end of the epoch is k = N / workers (each worker reads its
+share of the batches). A worker never copies more than D. Without an attribute holding many objects there is no
+bound, so the projection is a straight line from the growth per batch, said as an upper estimate. Garbage
+collection passes dirty pages in jumps (a full collection writes every tracked object's header): gc.freeze()
+before the loader starts keeps the parent's objects out of it.
+
+Found when a worker's private memory grew by at least MIN_GROWTH_BYTES over the watch. Severity from what the
+workers on the node (workers x ranks on the node) would still add by the end of the epoch over the host's
+available RAM: high at RUNS_OUT (it runs out: the evidence says at which batch), medium from HALF, else low.
+It claims no step time (shares.py) and is never the verdict; when it projects the memory running out, the
+verdict's line says so, and any other fix that advises more workers says what each costs (`annotate`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gpufeed.doctor.findings.grading import new_finding
+from gpufeed.doctor.findings.report import Finding
+
+if TYPE_CHECKING:
+    from gpufeed.doctor.notes import Notes
+    from gpufeed.doctor.observation import Observation, WorkerMemoryReading
+
+KIND = "worker_memory"
+MEANING = "the DataLoader workers' memory grows as they read the Dataset's Python objects (copy-on-read)"
+CLAIMS_TIME = False  # shares.py: memory, not time; never the verdict
+RECOMMEND_AT = None
+# gpufeed's choice: growth under 8 MiB a worker over the watch is a worker's own allocations settling.
+MIN_GROWTH_BYTES = 8 * 2**20
+RUNS_OUT, HALF = 1.0, 0.5  # of the available RAM the workers would still add by the epoch's end
+
+
+@dataclass(frozen=True)
+class Projection:
+    start_bytes: int  # one worker's private memory at the baseline (median over the workers)
+    now_bytes: int  # at the last reading
+    growth_per_1000_batches: float  # since the baseline, per 1,000 batches
+    projected_worker_bytes: int  # one worker at the end of the epoch
+    projected_total_bytes: int  # every worker on the node (workers x ranks on the node)
+    additional_bytes: int  # what the workers on the node would still add by the end of the epoch
+    how: str  # how the projection was made, in words
+    runs_out_at_batch: int | None  # the epoch's batch at which they would fill the available RAM; None: never
+
+
+def _baseline(reading: WorkerMemoryReading) -> int | None:
+    """The index of the first reading after every worker handed over a batch."""
+    return next((index for index, sample in enumerate(reading.samples) if sample[1] > reading.workers), None)
+
+
+def project(reading: WorkerMemoryReading) -> Projection | None:
+    """The projection to the end of the epoch (the module docstring); None without two readings past the
+    baseline or without the epoch's length."""
+    base = _baseline(reading)
+    if base is None or len(reading.samples) - base < 2 or not reading.epoch_batches or not reading.batch_size:
+        return None
+    first, last = reading.samples[base], reading.samples[-1]
+    start = int(statistics.median(first[3]))
+    now = int(statistics.median(last[3]))
+    batches = last[1] - first[1]
+    if batches <= 0:
+        return None
+    growth = max(0, now - start)
+    workers, nodes = reading.workers, reading.workers * reading.ranks_on_node
+    per_1000 = 1000.0 * growth / batches
+    left = max(0, reading.epoch_batches - last[1])
+    objects = sum(attribute.bytes for attribute in reading.attributes)
+    samples = reading.dataset_length or reading.epoch_batches * reading.batch_size
+    k = batches * reading.batch_size / workers  # samples each worker read since the baseline
+    end_k = samples / workers
+    at_batch = None
+    if objects > 0 and 0 < growth < objects and 0 < k < samples:
+        s = math.log(1.0 - growth / objects) / math.log(1.0 - k / samples)
+
+        def copied(reads: float) -> float:
+            return objects * (1.0 - (1.0 - min(reads, samples) / samples) ** s)
+        projected = start + int(copied(end_k))
+        how = (f"copy-on-read: {objects / 2**20:,.0f} MiB of the Dataset's Python objects, of which a worker copies "
+               f"the pages it reads at random: {growth / 2**20:,.1f} MiB after {k:,.0f} of its {end_k:,.0f} samples "
+               f"fits {s:.1f} samples a page, so it copies {copied(end_k) / 2**20:,.0f} MiB by the epoch's end "
+               f"(at most all {objects / 2**20:,.0f} MiB); a straight line would say "
+               f"{(start + per_1000 * (reading.epoch_batches - first[1]) / 1000) / 2**20:,.0f} MiB")
+        available = reading.available_bytes
+        if available is not None:
+            target = (growth + available / nodes) / objects  # the copied fraction at which the RAM is full
+            if target < 1.0:
+                reads = samples * (1.0 - (1.0 - target) ** (1.0 / s))
+                batch = int(first[1] + reads * workers / reading.batch_size)
+                at_batch = batch if batch <= reading.epoch_batches else None
+    elif objects > 0 and growth >= objects:
+        projected = now
+        how = (f"copy-on-read: the workers have copied all {objects / 2**20:,.0f} MiB of the Dataset's Python "
+               f"objects already; they grow no further this epoch")
+    else:
+        projected = now + int(per_1000 * left / 1000)
+        how = ("a straight line from the growth per batch (an upper estimate: no attribute of the Dataset holds "
+               "many Python objects to bound it)")
+        if reading.available_bytes is not None and per_1000 > 0:
+            batch = int(last[1] + 1000.0 * reading.available_bytes / nodes / per_1000)
+            at_batch = batch if batch <= reading.epoch_batches else None
+    additional = max(0, projected - now) * nodes
+    return Projection(start, now, per_1000, projected, projected * nodes, additional, how, at_batch)
+
+
+def detect(seen: Observation, notes: Notes) -> Finding | None:
+    reading = seen.worker_memory
+    if reading is None:
+        if seen.loader.workers:
+            notes.unmeasured("worker memory: the DataLoader's workers were not followed (its iterator was not seen)")
+        return None
+    projection = project(reading)
+    if projection is None:
+        notes.unmeasured("worker memory: too few readings past the workers' start-up, or the epoch's length is not "
+                         "known, to project it")
+        return None
+    if projection.now_bytes - projection.start_bytes < MIN_GROWTH_BYTES:
+        return None
+    available = reading.available_bytes
+    fraction = projection.additional_bytes / available if available else None
+    grade = "low" if fraction is None else "high" if fraction >= RUNS_OUT else "medium" if fraction >= HALF \
+        else "low"
+    base = _baseline(reading)
+    evidence = {"workers": reading.workers, "ranks_on_node": reading.ranks_on_node,
+                "worker_start_bytes": list(reading.samples[base][3]),
+                "worker_now_bytes": list(reading.samples[-1][3]),
+                "main_now_bytes": reading.samples[-1][2],
+                "growth_per_1000_batches_bytes": projection.growth_per_1000_batches,
+                "projected_worker_bytes": projection.projected_worker_bytes,
+                "projected_total_bytes": projection.projected_total_bytes,
+                "additional_bytes": projection.additional_bytes, "available_bytes": available,
+                "share_of_available": fraction, "runs_out_at_batch": projection.runs_out_at_batch,
+                "epoch_batches": reading.epoch_batches, "projection": projection.how,
+                "dataset_objects": [{"attribute": a.name, "type": a.type, "length": a.length, "bytes": a.bytes}
+                                    for a in reading.attributes]}
+    return new_finding(KIND, grade, 0.0, evidence, fix(evidence), "medium" if len(reading.samples) >= 8 else "low")
+
+
+def fix(evidence: dict) -> tuple[str, str]:
+    worker_gib = evidence["projected_worker_bytes"] / 2**30
+    total_gib = evidence["projected_total_bytes"] / 2**30
+    held = evidence["dataset_objects"]
+    named = (f"the Dataset's {held[0]['attribute']} ({held[0]['type']} of {held[0]['length']:,} Python objects)"
+             if held else "the Dataset's Python objects")
+    when = (f" At this rate the host's RAM runs out at about batch {evidence['runs_out_at_batch']:,} of the "
+            f"{evidence['epoch_batches']:,} in the epoch." if evidence.get("runs_out_at_batch") is not None else "")
+    text = (f"Each of the {evidence['workers']} DataLoader workers copies {named} page by page as it reads them "
+            f"(reading a Python object writes its reference count, so fork's shared pages become private): "
+            f"about {worker_gib:.2f} GiB per worker by the end of the epoch, {total_gib:.2f} GiB for the "
+            f"{evidence['workers'] * evidence['ranks_on_node']} workers on this node.{when} Hold the data in numpy "
+            f"arrays or tensors (one object each, not one per sample), or in a packed file (`gpufeed pack`, read "
+            f"with gpufeed.Feed); call gc.freeze() before the loader starts, so garbage collection does not write "
+            f"to the parent's objects in the workers; as a stopgap, fewer workers (each saves about "
+            f"{worker_gib:.2f} GiB).")
+    snippet = ("import gc, numpy\n"
+               "# in the Dataset's __init__: one array per field instead of a list of Python objects\n"
+               "self.paths = numpy.array(paths, dtype=numpy.bytes_)  # or numpy.str_\n"
+               "self.labels = numpy.array(labels, dtype=numpy.int64)\n"
+               "# before the DataLoader starts its workers\n"
+               "gc.freeze()")
+    return text, snippet
+
+
+def annotate(findings: list[Finding]) -> list[Finding]:
+    """When worker_memory projects the RAM running out, every other fix that advises more workers says what each
+    costs in RAM."""
+    memory = next((f for f in findings if f.kind == KIND and f.severity == "high"), None)
+    if memory is None:
+        return findings
+    cost = (f" Each worker costs about {memory.evidence['projected_worker_bytes'] / 2**30:.2f} GiB of RAM by the "
+            f"epoch's end here, and the RAM runs out already (worker_memory): fix that first.")
+    return [dataclasses.replace(f, fix=f.fix + cost) if f.kind != KIND and "num_workers" in f.fix + f.snippet
+            else f for f in findings]
