@@ -44,7 +44,7 @@ def actual(samples: int) -> int:
     """The median worker's USS when the epoch's last batch arrives."""
     import runpy
 
-    from gpufeed.doctor.observe.worker_memory import _private_bytes
+    from gpufeed.doctor.observe.worker_memory import private_bytes
 
     module = runpy.run_path(str(SCRIPT), run_name="copy_on_read")
     dataset = module["Paths"](samples)
@@ -53,7 +53,7 @@ def actual(samples: int) -> int:
     iterator = iter(loader)
     for index, _ in enumerate(iterator):
         if index == len(iterator) - 1:
-            return int(statistics.median(_private_bytes(worker) for worker in iterator._workers))
+            return int(statistics.median(private_bytes(worker) for worker in iterator._workers))
     raise RuntimeError("the epoch had no batch")
 
 

@@ -45,7 +45,7 @@ def test_the_probe_leaves_gradients_buffers_and_rng_as_it_found_them():
 
 def test_only_the_batch_s_tensors_are_repeated():
     batch = {"ids": torch.arange(6).reshape(2, 3), "scale": torch.tensor(2.0), "mask": torch.ones(5), "name": "x"}
-    repeated = probe._repeated(batch, 2, 4)
+    repeated = probe.repeated(batch, 2, 4)
     assert repeated["ids"].shape == (8, 3) and torch.equal(repeated["ids"][6:], batch["ids"])
     assert repeated["scale"] is batch["scale"] and repeated["mask"] is batch["mask"] and repeated["name"] == "x"
 

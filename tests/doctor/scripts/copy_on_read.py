@@ -9,7 +9,6 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 
-
 class Paths(Dataset):
     def __init__(self, samples: int):
         self.items = [(f"/data/images/{index:08d}.jpg", index % 1000) for index in range(samples)]

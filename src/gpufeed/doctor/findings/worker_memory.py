@@ -81,26 +81,31 @@ def project(reading: WorkerMemoryReading) -> Projection | None:
     left = max(0, reading.epoch_batches - last[1])
     objects = sum(attribute.bytes for attribute in reading.attributes)
     samples = reading.dataset_length or reading.epoch_batches * reading.batch_size
-    k = batches * reading.batch_size / workers  # samples each worker read since the baseline
-    end_k = samples / workers
-    at_batch = None
-    if objects > 0 and 0 < growth < objects and 0 < k < samples:
-        s = math.log(1.0 - growth / objects) / math.log(1.0 - k / samples)
+    # samples each worker has read by a batch count (each worker reads its share of the batches), and the share of
+    # the objects' pages a worker has copied after `reads` random reads with `s` samples' objects a page
+    def reads_by(batch: int) -> float:
+        return min(samples, batch * reading.batch_size / workers)
 
-        def copied(reads: float) -> float:
-            return objects * (1.0 - (1.0 - min(reads, samples) / samples) ** s)
-        projected = start + int(copied(end_k))
+    def copied(reads: float, s: float) -> float:
+        return 1.0 - (1.0 - min(reads, samples) / samples) ** s
+
+    k_base, k_now, end_k = reads_by(first[1]), reads_by(last[1]), samples / workers
+    at_batch = None
+    if objects > 0 and 0 < growth < objects * (1.0 - copied(k_base, 1.0)) and k_now < samples:
+        s = _fit(growth / objects, k_base, k_now, copied)
+        projected = now + int(objects * (copied(end_k, s) - copied(k_now, s)))
         how = (f"copy-on-read: {objects / 2**20:,.0f} MiB of the Dataset's Python objects, of which a worker copies "
-               f"the pages it reads at random: {growth / 2**20:,.1f} MiB after {k:,.0f} of its {end_k:,.0f} samples "
-               f"fits {s:.1f} samples a page, so it copies {copied(end_k) / 2**20:,.0f} MiB by the epoch's end "
-               f"(at most all {objects / 2**20:,.0f} MiB); a straight line would say "
+               f"the pages it reads at random: {growth / 2**20:,.1f} MiB from its read {k_base:,.0f} to its read "
+               f"{k_now:,.0f} of {end_k:,.0f} fits {s:.1f} samples a page, so it holds "
+               f"{copied(end_k, s):.0%} of them by the epoch's end (never more than all "
+               f"{objects / 2**20:,.0f} MiB); a straight line would say "
                f"{(start + per_1000 * (reading.epoch_batches - first[1]) / 1000) / 2**20:,.0f} MiB")
         available = reading.available_bytes
         if available is not None:
-            target = (growth + available / nodes) / objects  # the copied fraction at which the RAM is full
+            target = copied(k_now, s) + available / nodes / objects  # the copied share at which the RAM is full
             if target < 1.0:
                 reads = samples * (1.0 - (1.0 - target) ** (1.0 / s))
-                batch = int(first[1] + reads * workers / reading.batch_size)
+                batch = int(reads * workers / reading.batch_size)
                 at_batch = batch if batch <= reading.epoch_batches else None
     elif objects > 0 and growth >= objects:
         projected = now
@@ -115,6 +120,30 @@ def project(reading: WorkerMemoryReading) -> Projection | None:
             at_batch = batch if batch <= reading.epoch_batches else None
     additional = max(0, projected - now) * nodes
     return Projection(start, now, per_1000, projected, projected * nodes, additional, how, at_batch)
+
+
+def _fit(grown: float, k_base: float, k_now: float, copied) -> float:
+    """The samples a page, s, at which copied(k_now, s) - copied(k_base, s) is `grown` (a share of the objects).
+    The difference a^s - b^s (a = 1 - k_base/N, b = 1 - k_now/N) rises with s up to
+    s* = ln(ln b / ln a) / ln(a / b), then falls: bisection on a log scale below s*; a growth above its peak
+    (more than the objects explain) takes s*."""
+    samples_a = copied(k_base, 1.0)  # 1 - a
+    samples_b = copied(k_now, 1.0)  # 1 - b
+    a, b = 1.0 - samples_a, 1.0 - samples_b
+    if a >= 1.0:  # nothing read at the baseline: the difference rises with s for ever
+        peak = 1e6
+    else:
+        peak = min(1e6, math.log(math.log(b) / math.log(a)) / math.log(a / b))
+    if copied(k_now, peak) - copied(k_base, peak) <= grown:
+        return peak
+    low, high = 0.01, peak
+    for _ in range(100):
+        middle = math.sqrt(low * high)
+        if copied(k_now, middle) - copied(k_base, middle) < grown:
+            low = middle
+        else:
+            high = middle
+    return math.sqrt(low * high)
 
 
 def detect(seen: Observation, notes: Notes) -> Finding | None:

@@ -81,14 +81,14 @@ def _copied(value: Any) -> Any:
     return value
 
 
-def _repeated(value: Any, batch: int, factor: int) -> Any:
+def repeated(value: Any, batch: int, factor: int) -> Any:
     """`value` with every tensor whose first dimension is `batch` concatenated `factor` times along it."""
     if isinstance(value, torch.Tensor):
         return torch.cat([value] * factor) if value.dim() > 0 and value.shape[0] == batch else value
     if isinstance(value, Mapping):
-        return {key: _repeated(item, batch, factor) for key, item in value.items()}
+        return {key: repeated(item, batch, factor) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        items = [_repeated(item, batch, factor) for item in value]
+        items = [repeated(item, batch, factor) for item in value]
         return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
     return value
 
@@ -174,7 +174,7 @@ def _time_factors(module: torch.nn.Module, captured: Capture, cuda: bool) -> tup
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
     wrapper, module = (module, module.module) if ddp else (None, module)
     with wrapper.no_sync() if wrapper is not None else contextlib.nullcontext():
-        inputs = [(_repeated(captured.args, captured.batch, factor), _repeated(captured.kwargs, captured.batch, factor))
+        inputs = [(repeated(captured.args, captured.batch, factor), repeated(captured.kwargs, captured.batch, factor))
                   for factor in FACTORS]
         warm = [_one(module, args, kwargs, captured.autocast, cuda) for args, kwargs in inputs]
         rounds = max(1, min(REPEATS, int((BUDGET_S - sum(warm)) / sum(warm)) if sum(warm) > 0 else REPEATS))

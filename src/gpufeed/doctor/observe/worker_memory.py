@@ -6,8 +6,8 @@ its reference count, so a Dataset that holds lists or dicts of Python objects is
 worker as it reads them ("copy-on-read", pytorch/pytorch#13246). A worker can copy at most what those objects
 occupy in the parent, so `dataset_objects` measures that: each attribute of the Dataset (and of the Dataset a
 Subset wraps) that is a list, tuple, dict or set of at least MANY_OBJECTS items, its length and an estimate of the
-bytes of its items and what they hold one level down (getsizeof over SAMPLE items spread through it, scaled to
-its length; small ints, None and booleans are shared singletons and not counted; arrays and tensors keep their
+bytes of its items and what they hold one level down (getsizeof over SAMPLE items spread through it, each
+rounded up to the block pymalloc gives it, scaled to its length; small ints, None and booleans are shared singletons and not counted; arrays and tensors keep their
 data outside the objects and are not counted).
 
 `WorkerMemory` follows the training iterator's worker processes (from its first training batch): a thread reads
@@ -27,10 +27,14 @@ from typing import Any
 
 from gpufeed.doctor.observation import DatasetAttribute, WorkerMemoryReading
 
-INTERVAL_S = 0.25
+# gpufeed's choice: a fast loop watches its 50 steps in half a second, and the projection needs several readings
+# past the workers' start-up; a reading costs the kernel's walk of the worker's page tables (about 9 ms for a
+# 500 MiB worker on this project's 2-core VM), off the training thread but on the host's cores.
+INTERVAL_S = 0.1
 MANY_OBJECTS = 1000  # gpufeed's choice: fewer objects than this cannot copy a worker's memory noticeably
 SAMPLE = 2000
 SINGLETONS = (type(None), bool)
+PYMALLOC_ALIGNMENT, PYMALLOC_LARGEST = 16, 512  # Objects/obmalloc.c: ALIGNMENT, SMALL_REQUEST_THRESHOLD
 
 
 def _object_bytes(value: Any, seen: set[int]) -> int:
@@ -40,7 +44,9 @@ def _object_bytes(value: Any, seen: set[int]) -> int:
     if type(value).__module__ in ("numpy", "torch"):  # data outside the object: no reference count on it
         return 0
     seen.add(id(value))
-    return sys.getsizeof(value)
+    size = sys.getsizeof(value)
+    # CPython's small-object allocator (pymalloc) hands out blocks of up to 512 bytes in 16-byte steps
+    return -(-size // PYMALLOC_ALIGNMENT) * PYMALLOC_ALIGNMENT if size <= PYMALLOC_LARGEST else size
 
 
 def _item_bytes(item: Any, seen: set[int]) -> int:
@@ -58,14 +64,16 @@ def _item_bytes(item: Any, seen: set[int]) -> int:
 def _container_bytes(container: Any) -> int:
     """The estimated bytes of a container's items (SAMPLE of them, spread through it, scaled to its length)."""
     length = len(container)
-    if isinstance(container, dict):
-        items = list(itertools.islice(container.items(), SAMPLE))
-    elif isinstance(container, (list, tuple)):
+    seen: set[int] = set()
+    if isinstance(container, dict):  # its keys and values (and what a value holds), not the pairs items() makes
+        pairs = list(itertools.islice(container.items(), SAMPLE))
+        sampled = sum(_object_bytes(key, seen) + _item_bytes(value, seen) for key, value in pairs)
+        return int(sampled * length / len(pairs)) if pairs else 0
+    if isinstance(container, (list, tuple)):
         step = max(1, length // SAMPLE)
         items = [container[index] for index in range(0, length, step)][:SAMPLE]
     else:
         items = list(itertools.islice(container, SAMPLE))
-    seen: set[int] = set()
     sampled = sum(_item_bytes(item, seen) for item in items)
     return int(sampled * length / len(items)) if items else 0
 
@@ -89,7 +97,7 @@ def dataset_objects(dataset: Any) -> tuple[DatasetAttribute, ...]:
     return tuple(sorted(found, key=lambda a: -a.bytes))
 
 
-def _private_bytes(process) -> int | None:
+def private_bytes(process) -> int | None:
     """A process's USS: Linux's /proc/PID/smaps_rollup (Private_Clean + Private_Dirty: one read the kernel sums,
     cheap beside the watched steps), else psutil's memory_full_info (USS, else PSS); None when it cannot be read."""
     if process is None:
@@ -112,7 +120,7 @@ class WorkerMemory:
 
     def __init__(self) -> None:
         self._iterator_id: int | None = None
-        self._workers: list = []
+        self._processes: list = []
         self._main = None
         self._samples: list[tuple[float, int, int | None, tuple[int | None, ...]]] = []
         self._batches = 0
@@ -150,7 +158,7 @@ class WorkerMemory:
         except TypeError:
             epoch_batches = None
         with self._lock:
-            self._iterator_id, self._workers, self._samples, self._batches = id(iterator), processes, [], 1
+            self._iterator_id, self._processes, self._samples, self._batches = id(iterator), processes, [], 1
             self._about = {"dataset_length": length, "epoch_batches": epoch_batches,
                            "batch_size": getattr(iterator, "_index_sampler", None) and
                            getattr(iterator._index_sampler, "batch_size", None),
@@ -164,11 +172,11 @@ class WorkerMemory:
         start = time.perf_counter()
         while not self._stop.is_set():
             with self._lock:
-                workers, main, batches = list(self._workers), self._main, self._batches
-            readings = tuple(_private_bytes(worker) for worker in workers)
+                workers, main, batches = list(self._processes), self._main, self._batches
+            readings = tuple(private_bytes(worker) for worker in workers)
             with self._lock:
-                if workers == self._workers:
-                    self._samples.append((time.perf_counter() - start, batches, _private_bytes(main), readings))
+                if workers == self._processes:
+                    self._samples.append((time.perf_counter() - start, batches, private_bytes(main), readings))
             self._stop.wait(INTERVAL_S)
 
     def stop(self) -> None:
@@ -179,21 +187,21 @@ class WorkerMemory:
         if self._thread is not None:
             self._thread.join(timeout=5)
             with self._lock:
-                readings = tuple(_private_bytes(worker) for worker in self._workers)
+                readings = tuple(private_bytes(worker) for worker in self._processes)
                 if self._samples and all(value is not None for value in readings):
                     self._samples.append((self._samples[-1][0] + INTERVAL_S, self._batches,
-                                          _private_bytes(self._main), readings))
+                                          private_bytes(self._main), readings))
 
     def reading(self) -> WorkerMemoryReading | None:
         """What was read, or None when no training iterator with workers was followed."""
         import psutil
 
         with self._lock:
-            if not self._workers:
+            if not self._processes:
                 return None
             samples = tuple(sample for sample in self._samples if all(value is not None for value in sample[3]))
             about = dict(self._about)
-            workers = len(self._workers)
+            workers = len(self._processes)
         try:
             available = int(psutil.virtual_memory().available)
         except Exception:  # noqa: BLE001

@@ -1,0 +1,127 @@
+"""worker_memory (findings/worker_memory.py, observe/worker_memory.py): the Dataset's Python objects measured
+against an exact count; the copy-on-read projection against hand-derived figures; and end to end, the doctor's
+projection from its default watched steps within 25% of what the workers reach at the end of the epoch."""
+
+import statistics
+import sys
+from pathlib import Path
+
+import numpy
+import pytest
+import torch
+from observations import by_kind, host, on_cpu, steps
+
+from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.report import verdict_headline
+from gpufeed.doctor.findings.worker_memory import project
+from gpufeed.doctor.observation import DatasetAttribute, WorkerMemoryReading
+from gpufeed.doctor.observe.inject import run_script
+from gpufeed.doctor.observe.watch import Watcher
+from gpufeed.doctor.observe.worker_memory import private_bytes, dataset_objects
+
+SCRIPTS = Path(__file__).parent / "scripts"
+MIB = 2**20
+
+
+class Held:
+    def __init__(self):
+        self.items = [(f"/data/{index:06d}.jpg", 1000 + index) for index in range(5000)]
+        self.classes = {index: f"class {index}" for index in range(2000)}
+        self.small = [1, 2, 3]  # fewer than MANY_OBJECTS: not counted
+        self.array = torch.zeros(10_000)  # data outside Python objects: not counted
+
+
+def test_the_dataset_s_objects_against_an_exact_count():
+    held = Held()
+    found = {a.name: a for a in dataset_objects(held)}
+    assert set(found) == {"items", "classes"}
+    def block(value) -> int:  # pymalloc's block for an object of that size: 16-byte steps up to 512 bytes
+        return -(-sys.getsizeof(value) // 16) * 16
+    exact = sum(block(item) + block(item[0]) + block(item[1]) for item in held.items)
+    assert found["items"].length == 5000 and found["items"].type == "list"
+    assert found["items"].bytes == pytest.approx(exact, rel=0.02)  # 2,000 of 5,000 items sampled, scaled
+    # a dict's items as (key, value) pairs: the values' strings and the keys past the cached small ints, exactly
+    exact = sum(block(value) + (0 if -5 <= key <= 256 else block(key)) for key, value in held.classes.items())
+    assert found["classes"].bytes == exact  # the first 2,000 of a dict's items: all of them here
+
+
+def reading(growth_mib: float, batches: int, *, objects_mib: float = 400.0, samples: int = 1_000_000,
+            available_mib: float = 20_000.0, workers: int = 2) -> WorkerMemoryReading:
+    """Readings every 10 batches; each worker grows from 40 MiB by `growth_mib` over `batches` past start-up."""
+    rows = []
+    for index in range(batches // 10 + 1):
+        done = 10 * index
+        grown = int((40 + growth_mib * done / batches) * MIB)
+        rows.append((0.1 * index, workers + 1 + done, 200 * MIB, (grown, grown)))
+    attributes = (DatasetAttribute("items", "list", samples, int(objects_mib * MIB)),) if objects_mib else ()
+    return WorkerMemoryReading(tuple(rows), workers, samples, samples // 256, 256, attributes,
+                               int(available_mib * MIB), 1)
+
+
+def _samples_a_page(grown: float, k_base: float, k_now: float, samples: int) -> float:
+    """s with (1 - k_base/N)^s - (1 - k_now/N)^s = grown, by a dense grid (independent of the module's bisection)."""
+    grid = numpy.exp(numpy.linspace(numpy.log(0.01), numpy.log(1e4), 2_000_001))
+    difference = (1 - k_base / samples) ** grid - (1 - k_now / samples) ** grid
+    rising = grid <= grid[numpy.argmax(difference)]
+    return float(grid[rising][numpy.argmin(abs(difference[rising] - grown))])
+
+
+def test_the_copy_on_read_projection_is_hand_derived():
+    # the baseline is the reading at batch 3 (both workers handed over a batch), the last at batch 53: each worker
+    # has read 3 x 256 / 2 = 384 and then 6,784 of the 1,000,000 samples, and grew 40 MiB of the 400 MiB of
+    # objects between: s solves 0.1 = (1 - 384e-6)^s - (1 - 6784e-6)^s; at the epoch's end each has read 500,000
+    found = project(reading(40.0, 50))
+    s = _samples_a_page(0.1, 384, 6784, 1_000_000)
+    copied = lambda reads: 1 - (1 - reads / 1_000_000) ** s  # noqa: E731
+    assert found.start_bytes == 40 * MIB and found.now_bytes == 80 * MIB
+    assert found.projected_worker_bytes == pytest.approx((80 + 400 * (copied(500_000) - copied(6784))) * MIB,
+                                                         rel=1e-4)
+    assert found.projected_total_bytes == 2 * found.projected_worker_bytes
+    assert found.growth_per_1000_batches == pytest.approx(800 * MIB)
+    assert f"fits {s:.1f} samples a page" in found.how and found.runs_out_at_batch is None
+    # with 500 MiB available the 2 workers cannot add what they would: the RAM is full when each has copied
+    # copied(6784) + 250 / 400 of the objects, after N x (1 - (1 - that)^(1/s)) reads, 2 x 256 of them a batch
+    tight = project(reading(40.0, 50, available_mib=500.0))
+    reads = 1_000_000 * (1 - (1 - copied(6784) - 250 / 400) ** (1 / s))
+    assert tight.runs_out_at_batch == pytest.approx(reads * 2 / 256, abs=2)
+    # no attribute to bound it: the straight line, said to be an upper estimate
+    line = project(reading(40.0, 50, objects_mib=0.0))
+    assert "straight line" in line.how and line.projected_worker_bytes == pytest.approx(
+        80 * MIB + 800 * MIB * (1_000_000 // 256 - 53) / 1000, rel=1e-6)
+
+
+def test_the_finding_grades_by_the_available_ram_and_warns_other_fixes():
+    seen = on_cpu(steps(20, wall=0.1, wait=0.05), host(), workers=2, cpu_count=16)
+    grown = by_kind(diagnose(seen.__class__(**{**seen.__dict__, "worker_memory": reading(40.0, 50)})))
+    assert grown["worker_memory"].severity == "low" and grown["worker_memory"].share == 0.0
+    tight = seen.__class__(**{**seen.__dict__, "worker_memory": reading(40.0, 50, available_mib=500.0)})
+    report = diagnose(tight)
+    found = by_kind(report)
+    assert found["worker_memory"].severity == "high" and report.verdict.primary == "input_bound"
+    assert "runs out at about batch" in found["worker_memory"].fix
+    assert "and the host's RAM runs out at about batch" in verdict_headline(report.to_json())
+    # input_bound advises more workers: it says what each costs
+    assert "num_workers" in found["input_bound"].snippet and "GiB of RAM" in found["input_bound"].fix
+    steady = seen.__class__(**{**seen.__dict__, "worker_memory": reading(2.0, 50)})
+    assert "worker_memory" not in by_kind(diagnose(steady))
+
+
+def test_copy_on_read_end_to_end_within_a_quarter_of_the_epoch_s_end(monkeypatch):
+    samples = 400_000
+    watcher = Watcher()  # the doctor's default watched steps
+    outcome = run_script(str(SCRIPTS / "copy_on_read.py"), [str(samples)], False, watcher, timeout_s=120)
+    assert outcome.problem is None
+    found = by_kind(diagnose(watcher.observe()))["worker_memory"]
+    held = found.evidence["dataset_objects"][0]
+    assert (held["attribute"], held["type"], held["length"]) == ("items", "list", samples)
+    # the same loop, a whole epoch, unwatched: each worker's USS when the last batch arrives
+    import runpy
+
+    module = runpy.run_path(str(SCRIPTS / "copy_on_read.py"), run_name="copy_on_read")
+    loader = torch.utils.data.DataLoader(module["Paths"](samples), batch_size=256, shuffle=True, num_workers=2,
+                                         multiprocessing_context="fork")
+    iterator = iter(loader)
+    for index, _ in enumerate(iterator):
+        if index == len(iterator) - 1:
+            reached = statistics.median(private_bytes(worker) for worker in iterator._workers)
+    assert found.evidence["projected_worker_bytes"] == pytest.approx(reached, rel=0.25)
