@@ -17,7 +17,7 @@ from gpufeed.doctor.findings.worker_memory import project
 from gpufeed.doctor.observation import DatasetAttribute, WorkerMemoryReading
 from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.watch import Watcher
-from gpufeed.doctor.observe.worker_memory import private_bytes, dataset_objects
+from gpufeed.doctor.observe.worker_memory import dataset_objects, private_bytes
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MIB = 2**20

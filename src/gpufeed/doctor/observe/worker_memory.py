@@ -1,14 +1,14 @@
 """The training DataLoader's workers' private memory through the watch, and what the Dataset holds that they can
 copy: the readings findings/worker_memory.py projects to the end of the epoch.
 
-Why it grows: a forked worker shares the parent's pages until it writes one, and reading a Python object writes
-its reference count, so a Dataset that holds lists or dicts of Python objects is copied page by page into every
-worker as it reads them ("copy-on-read", pytorch/pytorch#13246). A worker can copy at most what those objects
-occupy in the parent, so `dataset_objects` measures that: each attribute of the Dataset (and of the Dataset a
-Subset wraps) that is a list, tuple, dict or set of at least MANY_OBJECTS items, its length and an estimate of the
-bytes of its items and what they hold one level down (getsizeof over SAMPLE items spread through it, each
-rounded up to the block pymalloc gives it, scaled to its length; small ints, None and booleans are shared singletons and not counted; arrays and tensors keep their
-data outside the objects and are not counted).
+Why it grows: a forked worker shares the parent's pages until it writes one, and reading a Python object writes its
+reference count, so a Dataset that holds lists or dicts of Python objects is copied page by page into every worker
+as it reads them ("copy-on-read", pytorch/pytorch#13246). A worker can copy at most what those objects occupy in the
+parent, so `dataset_objects` measures that: each attribute of the Dataset (and of the Dataset a Subset wraps) that
+is a list, tuple, dict or set of at least MANY_OBJECTS items, its length and an estimate of the bytes of its items
+and what they hold one level down (getsizeof over SAMPLE items spread through it, each rounded up to the block
+pymalloc gives it, scaled to its length; small ints, None and booleans are shared singletons and not counted; arrays
+and tensors keep their data outside the objects and are not counted).
 
 `WorkerMemory` follows the training iterator's worker processes (from its first training batch): a thread reads
 each worker's USS (the pages only it holds: Linux's smaps_rollup, else psutil's memory_full_info; PSS where the
