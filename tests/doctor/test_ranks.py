@@ -183,6 +183,10 @@ def test_a_balanced_job_is_compute_bound_with_the_ranks_spread(tmp_path: Path) -
     assert document["verdict"]["primary"] == "compute_bound", document["findings"]
     assert not {"straggler", "communication"} & {f["kind"] for f in document["findings"]}
     assert any(line.startswith("ranks: 2 ranks balanced") for line in document["notes"])
+    # the tests launch with OMP_NUM_THREADS=1: the note says what each rank got, which torchrun's banner would
+    assert f"threads: each rank ran its operators on 1 intra-op thread (OMP_NUM_THREADS=1, which torchrun sets to 1 " \
+           f"when it is unset (its warning does not reach this terminal)); 2 ranks on {os.cpu_count()} cores" in \
+           document["notes"]
 
 
 def test_a_rank_that_crashes_is_named_and_the_job_ends(tmp_path: Path) -> None:

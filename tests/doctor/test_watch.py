@@ -88,6 +88,11 @@ def test_batch_size_of_common_batches() -> None:
     assert batch_size_of({"image": torch.zeros(6, 3), "label": [0] * 6}) == 6
     assert batch_size_of([["a", "b", "c"], ["x", "y", "z"]]) == 3  # strings: the labels' length
     assert batch_size_of(torch.tensor(1.0)) is None and batch_size_of(object()) is None
+    # an EmbeddingBag batch: 5,695 token ids flattened, 64 offsets, 64 labels: 64 samples, not 5,695
+    text = (torch.zeros(5695, dtype=torch.long), torch.zeros(64, dtype=torch.long), torch.zeros(64))
+    assert batch_size_of(text) == 64 and batch_size_of(text, 64) == 64
+    # the DataLoader's batch_size counts, capped by the batch's largest leading dimension (an epoch's short end)
+    assert batch_size_of((torch.zeros(40, 3), torch.zeros(40)), 64) == 40
 
 
 def test_watch_wraps_a_loader_yields_the_same_batches_and_records_the_waits() -> None:
@@ -270,3 +275,16 @@ def test_cuda_copies_waits_and_compute_are_recorded() -> None:
     assert all(r.sync_count >= 1 and r.sync_s > 0 for r in records)
     assert all(r.compute_s is not None and 0 < r.compute_s <= r.wall_s * 1.05 for r in records)
     assert w.watcher.observe().memory.peak_bytes > 0
+
+
+def test_an_embedding_bag_batch_counts_the_loader_s_samples_not_its_tokens() -> None:
+    watcher = Watcher(steps=10, warmup=2, profile_steps=0)
+    outcome = run_script(str(SCRIPTS / "text_bag.py"), [], False, watcher, timeout_s=60)
+    seen = watcher.observe()
+    assert outcome.problem is None and seen.batch_size == 64
+    assert all(record.batch_size == 64 for record in seen.steps)
+    assert any(note.text == "batch size: counted from the DataLoader's batch_size" for note in seen.notes)
+    report = diagnose(seen)
+    # samples/s from 64 a batch: the model's rate is 64 x steps over its time, hand-derived from the records
+    feeding = sum(r.wall_s - r.data_wait_s for r in seen.steps)
+    assert report.model_samples_per_s == pytest.approx(64 * len(seen.steps) / feeding)

@@ -25,6 +25,8 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+import torch
+
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observation import StepShape
 from gpufeed.doctor.patching import first_tensor
@@ -37,12 +39,33 @@ CLOCKS = {"optimizer": "one optimizer.step()", "manual": "one w.step()", "loader
 RECENT_STEPS = 8
 
 
-def batch_size_of(batch: Any) -> int | None:
-    """Samples in a batch: dim 0 of its first tensor (through tuples, lists and mappings), else the length of its
-    last item (the labels, as a list), else None."""
+def _leading_dims(value: Any, found: list[int]) -> None:
+    if isinstance(value, torch.Tensor):
+        if value.dim() > 0:
+            found.append(int(value.shape[0]))
+        return
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        _leading_dims(item, found)
+
+
+def batch_size_of(batch: Any, loader_batch_size: int | None = None) -> int | None:
+    """Samples in a batch: the DataLoader's own batch_size when the batch came from one with it set (capped by
+    the batch's tensors' largest leading dimension: an epoch's last batch may be short), else the leading dimension
+    most of the batch's tensors agree on (an EmbeddingBag batch `(ids, offsets, labels)` flattens its ids, so the
+    first tensor's length is not the samples; ties go to the first tensor), else the length of its last item (the
+    labels, as a list), else None."""
+    dims: list[int] = []
+    _leading_dims(batch, dims)
+    if loader_batch_size is not None:
+        return min(loader_batch_size, max(dims)) if dims else loader_batch_size
+    if dims:
+        counts = Counter(dims)
+        best = max(counts.values())
+        return next(dim for dim in dims if counts[dim] == best)
     tensor = first_tensor(batch)
     if tensor is not None:
-        return int(tensor.shape[0]) if tensor.dim() > 0 else None
+        return None  # only 0-d tensors
     items = list(batch.values()) if isinstance(batch, Mapping) else batch if isinstance(batch, (list, tuple)) else []
     labels = items[-1] if items else None
     return len(labels) if isinstance(labels, (list, tuple)) else None

@@ -102,6 +102,7 @@ class Watcher:
         self.probing = False  # the batch probe is running: the hooks ignore its forwards
         self._probed: tuple[BatchProbe | None, list[Note]] | None = None
         self.worker_memory = WorkerMemory()  # the training loader's workers' private memory
+        self.batch_size_source: str | None = None  # how a training batch's samples were counted
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -160,7 +161,13 @@ class Watcher:
             earlier = self._step["loader_split"]
             self._step["loader_split"] = split if earlier is None else earlier + split
         self.step_boundary("loader")
-        size = batch_size_of(batch)
+        sampler = getattr(iterator, "_index_sampler", None) if getattr(iterator, "_auto_collation", False) else None
+        loader_batch = getattr(sampler, "batch_size", None)
+        loader_batch = loader_batch if isinstance(loader_batch, int) else None
+        size = batch_size_of(batch, loader_batch)
+        if size is not None and self.batch_size_source is None:
+            self.batch_size_source = ("the DataLoader's batch_size" if loader_batch is not None
+                                      else "the leading dimension most of the batch's tensors agree on")
         if size is not None:
             self._step["batch_size"] = (self._step["batch_size"] or 0) + size
         self.contents.on_batch(loader, size, training=True)
@@ -312,6 +319,8 @@ class Watcher:
             lines += unmeasured(["float64 operations per step: not counted; a float64 model input or parameter "
                                  "was seen"])
         batch_probe, probe_notes = self.run_probe()
+        if self.batch_size_source is not None:
+            probe_notes = [Note("run", f"batch size: counted from {self.batch_size_source}"), *probe_notes]
         self.worker_memory.stop()
         if self.worker_memory.problem:
             probe_notes = [*probe_notes, Note("unmeasured", f"worker memory: {self.worker_memory.problem}")]

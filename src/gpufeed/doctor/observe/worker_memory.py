@@ -78,6 +78,14 @@ def _container_bytes(container: Any) -> int:
     return int(sampled * length / len(items)) if items else 0
 
 
+def _objects(dataset: Any) -> tuple[DatasetAttribute, ...]:
+    """dataset_objects, or none when the Dataset's attributes cannot be walked (a reading never breaks a run)."""
+    try:
+        return dataset_objects(dataset) if dataset is not None else ()
+    except Exception:  # noqa: BLE001
+        return ()
+
+
 def dataset_objects(dataset: Any) -> tuple[DatasetAttribute, ...]:
     """The Dataset's attributes that hold many Python objects (the module docstring), the largest first."""
     found = []
@@ -95,6 +103,14 @@ def dataset_objects(dataset: Any) -> tuple[DatasetAttribute, ...]:
                 prefix = "" if owner is dataset else "dataset."
                 found.append(DatasetAttribute(prefix + name, type(value).__name__, len(value), _container_bytes(value)))
     return tuple(sorted(found, key=lambda a: -a.bytes))
+
+
+def _length(value: Any) -> int | None:
+    """len(value), or None where it has none (an IterableDataset, its infinite sampler) or it raises."""
+    try:
+        return len(value)
+    except Exception:  # noqa: BLE001 - the user's __len__: never break the run for a reading
+        return None
 
 
 def private_bytes(process) -> int | None:
@@ -149,20 +165,13 @@ class WorkerMemory:
             self.problem = f"the workers' memory could not be read ({type(error).__name__}: {error})"
             return
         dataset = getattr(iterator, "_dataset", None)
-        try:
-            length = len(dataset)
-        except TypeError:
-            length = None
-        try:
-            epoch_batches = len(iterator)
-        except TypeError:
-            epoch_batches = None
+        length = _length(dataset)  # an IterableDataset has none
+        epoch_batches = _length(iterator)
         with self._lock:
             self._iterator_id, self._processes, self._samples, self._batches = id(iterator), processes, [], 1
             self._about = {"dataset_length": length, "epoch_batches": epoch_batches,
-                           "batch_size": getattr(iterator, "_index_sampler", None) and
-                           getattr(iterator._index_sampler, "batch_size", None),
-                           "attributes": dataset_objects(dataset) if dataset is not None else (),
+                           "batch_size": getattr(getattr(iterator, "_index_sampler", None), "batch_size", None),
+                           "attributes": _objects(dataset),
                            "prefetch_factor": getattr(iterator, "_prefetch_factor", None)}
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="gpufeed-worker-memory", daemon=True)

@@ -90,12 +90,25 @@ def job_report(watcher, world_size: int, records: list[dict], missing: list[str]
     others = other_problems(records, missing)
     incomplete = Note("run", f"watch incomplete: rank 0: {problem}") if problem and error is None else None
     notes = ([incomplete] if incomplete else []) + [Note("run", f"watch incomplete: {line}") for line in others]
+    notes.append(threads_note(watcher.threads, world_size))
     seen = with_ranks(watcher.observe(error, notes), world_size, records, missing)
     if error is None and others:
         seen = dataclasses.replace(seen, script_error=others[0])
     report = diagnose(seen) if seen.steps else empty_report(seen)
     report.timeline["ranks"] = [{"rank": r["rank"], "steps": r["steps"]} for r in records]
     return JobReport(report, bool(seen.steps), seen.notes, incomplete)
+
+
+def threads_note(threads: int | None, world_size: int) -> Note:
+    """What thread count each rank got: torchrun sets OMP_NUM_THREADS=1 when it is unset, and the warning that says
+    so goes to the launcher's output, which --nproc-per-node does not show."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    cores = os.cpu_count()
+    origin = (f"OMP_NUM_THREADS={value}, which torchrun sets to 1 when it is unset (its warning does not reach "
+              f"this terminal)" if value is not None else "OMP_NUM_THREADS unset")
+    count = f"{threads} intra-op thread{'' if threads == 1 else 's'}" if threads else "an unknown number of threads"
+    return Note("run", f"threads: each rank ran its operators on {count} ({origin}); {world_size} ranks on "
+                       f"{cores} cores")
 
 
 def save_for_launcher(report: Report) -> None:
