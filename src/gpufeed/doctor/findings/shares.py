@@ -7,7 +7,8 @@ The step is split into parts (fractions of the watched wall time, `step_parts`):
     step ─┬─ data_wait    blocked in the training loader
           ├─ copy         host-to-device copies
           ├─ sync         the host waiting on the device (.item(), synchronize)
-          ├─ collective   waiting at the gradient all-reduce after backward (the median rank's, several ranks)
+          ├─ collective   waiting at the gradient all-reduce after backward (several ranks: the rank that waited
+          │               most, over the median step: a straggler's cost is the others' wait)
           └─ model        the rest: the model's forward, backward and optimizer, and the Python around them
                 ├─ busy   the device computing (on a GPU: its busy share; on the CPU all of model)
                 └─ idle   a GPU idle inside the model's part (neither waits, copies nor syncs explain it)
@@ -53,7 +54,7 @@ def step_parts(seen: Observation) -> dict[str, float]:
     collective = 0.0
     if seen.ranks.world_size > 1 and ranks:
         step_ms = statistics.median(r.step_ms for r in ranks)
-        collective = min(1.0, statistics.median(r.exposed_ms for r in ranks) / step_ms) if step_ms > 0 else 0.0
+        collective = min(1.0, max(r.exposed_ms for r in ranks) / step_ms) if step_ms > 0 else 0.0
     model = max(0.0, 1.0 - data - copy - sync - collective)
     busy = seen.busy() if seen.on_gpu else None
     computing = model if busy is None else min(model, busy)
@@ -111,7 +112,7 @@ def allocate(findings: list[Finding], seen: Observation,
         if interval is not None:  # the part's interval, scaled to the share granted from it
             low, high, point = interval
             scale = granted / point if point > 0 else 1.0
-            evidence["share_interval"] = [max(0.0, low * scale), min(1.0, high * scale)]
+            evidence["share_interval"] = [round(max(0.0, low * scale), 4), round(min(1.0, high * scale), 4)]
         allocated[index] = dataclasses.replace(finding, share=granted, evidence=evidence)
     return allocated, left
 

@@ -152,7 +152,10 @@ class Watcher:
         if not self.contents.is_training(loader):  # validation, say: its wait is step time, not a data wait
             self.contents.on_batch(loader, None, training=False)
             return
-        self.worker_memory.on_training_batch(iterator)
+        try:
+            self.worker_memory.on_training_batch(iterator)
+        except Exception as error:  # noqa: BLE001 - a reading must never break the user's loop
+            self.worker_memory.problem = f"not followed ({type(error).__name__}: {error})"
         if loader is not None:
             self.loader_workers, self.loader_pin_memory, self.loader_parts = workers, pin_memory, parts
             self.loader_origin, self.loader_site = origin, loader
