@@ -125,3 +125,30 @@ def test_copy_on_read_end_to_end_within_a_quarter_of_the_epoch_s_end(monkeypatch
         if index == len(iterator) - 1:
             reached = statistics.median(private_bytes(worker) for worker in iterator._workers)
     assert found.evidence["projected_worker_bytes"] == pytest.approx(reached, rel=0.25)
+
+
+def test_the_page_draws_the_workers_memory_and_the_projection():
+    import json
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
+    from pagecheck import parse_page, visible
+
+    from gpufeed.report.document import render
+
+    seen = on_cpu(steps(20, wall=0.1, wait=0.05), host(), workers=2, cpu_count=16)
+    report = diagnose(seen.__class__(**{**seen.__dict__, "worker_memory": reading(40.0, 50, available_mib=500.0)}))
+    document = json.loads(json.dumps(report.to_json()))
+    fixture = json.loads((Path(__file__).parents[1] / "report" / "fixtures" / "doctor.json").read_text())
+    document["about"] = fixture["about"]
+    memory = document["timeline"]["worker_memory"]
+    assert len(memory["readings"]) == 6 and memory["readings"][-1]["worker_bytes"] == [80 * MIB, 80 * MIB]
+    # the curve runs from the last reading (batch 53) to the epoch's end (3,906 batches), rising to the projection
+    curve = memory["projection"]
+    assert curve[0] == [53, 80 * MIB] and curve[-1][0] == 3906
+    assert curve[-1][1] == pytest.approx(by_kind(report)["worker_memory"].evidence["projected_worker_bytes"],
+                                         abs=8)  # int rounding
+    assert all(later[1] >= earlier[1] for earlier, later in zip(curve, curve[1:], strict=False))
+    parsed = parse_page(render(document))
+    text = visible(parsed)
+    assert "DataLoader workers' memory" in text and "dashed: one worker projected to the end of the epoch" in text
+    assert "and the host's RAM runs out at about batch" in text  # the verdict line

@@ -44,6 +44,8 @@ def doctor_page(document: dict) -> Page:
         _profiled(page, timeline["profile"])
     if timeline.get("samples"):
         _host_samples(page, timeline["samples"])
+    if timeline.get("worker_memory"):
+        _worker_memory(page, timeline["worker_memory"], document["findings"])
     if document.get("ranks"):
         ranks_section(page, document["ranks"], timeline.get("ranks") or [])
     _findings(page, document["findings"])
@@ -240,6 +242,34 @@ def _host_samples(page: Page, samples: list[dict]) -> None:
     page.chart(figure, "Readings taken about every 0.1 s while the script ran: utilization in percent (the band "
                        "spans the idlest to the busiest core)" + (", memory in GiB" if "GiB" in rows else "")
                + (", disk reads in MiB/s" if "MiB/s" in rows else "") + "." + averaged)
+
+
+def _worker_memory(page: Page, memory: dict, findings: list[dict]) -> None:
+    """Each DataLoader worker's private memory over the watched batches, and worker_memory's projection of one
+    worker to the end of the epoch (dashed)."""
+    readings = memory["readings"]
+    figure, axes = new_figure(8.0, 3.0)
+    batches = [reading["batches"] for reading in readings]
+    for worker in range(len(readings[0]["worker_bytes"])):
+        axes.plot(batches, [reading["worker_bytes"][worker] / 2**20 for reading in readings], marker=".",
+                  linewidth=1.5, label=f"worker {worker + 1} (read)")
+    if memory.get("projection"):
+        axes.plot([point[0] for point in memory["projection"]], [point[1] / 2**20 for point in memory["projection"]],
+                  linestyle="--", color=PART_COLOURS["data wait"], label="one worker, projected")
+    axes.set_xlabel("training batches handed out")
+    axes.set_ylabel("private memory, MiB")
+    axes.set_ylim(0, None)
+    axes.legend(loc="upper left", fontsize="small", frameon=False)
+    found = next((finding for finding in findings if finding["kind"] == "worker_memory"), None)
+    page.heading("DataLoader workers' memory")
+    caption = (f"Each worker's private memory (USS) while watched, by the training batches handed out; dashed: "
+               f"one worker projected to the end of the epoch ({memory.get('epoch_batches') or 'n/a'} batches).")
+    if found is not None:
+        evidence = found["evidence"]
+        caption += (f" Projected: {evidence['projected_worker_bytes'] / 2**30:.2f} GiB a worker, "
+                    f"{evidence['projected_total_bytes'] / 2**30:.2f} GiB for the {memory['workers_on_node']} "
+                    f"on the node; {evidence['projection']}.")
+    page.chart(figure, caption)
 
 
 def _mean_reading(values: list[float | None]) -> float:

@@ -85,6 +85,10 @@ def empty_report(seen: Observation) -> Report:
 
 
 def _timeline(seen: Observation) -> dict:
-    return {"steps": [dataclasses.asdict(record) for record in seen.steps],
-            "samples": [dataclasses.asdict(sample) for sample in seen.samples],
-            "profile": [dataclasses.asdict(step) for step in seen.profile.steps] if seen.profile else []}
+    drawn = {"steps": [dataclasses.asdict(record) for record in seen.steps],
+             "samples": [dataclasses.asdict(sample) for sample in seen.samples],
+             "profile": [dataclasses.asdict(step) for step in seen.profile.steps] if seen.profile else []}
+    memory = worker_memory.timeline(seen.worker_memory)
+    if memory is not None:
+        drawn["worker_memory"] = memory
+    return drawn

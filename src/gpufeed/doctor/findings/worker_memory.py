@@ -43,6 +43,7 @@ CLAIMS_TIME = False  # shares.py: memory, not time; never the verdict
 RECOMMEND_AT = None
 # gpufeed's choice: growth under 8 MiB a worker over the watch is a worker's own allocations settling.
 MIN_GROWTH_BYTES = 8 * 2**20
+CURVE_POINTS = 20  # the page's projection curve
 RUNS_OUT, HALF = 1.0, 0.5  # of the available RAM the workers would still add by the epoch's end
 
 
@@ -56,6 +57,7 @@ class Projection:
     additional_bytes: int  # what the workers on the node would still add by the end of the epoch
     how: str  # how the projection was made, in words
     runs_out_at_batch: int | None  # the epoch's batch at which they would fill the available RAM; None: never
+    curve: tuple[tuple[int, int], ...] = ()  # (batch, one worker's projected bytes) from the last reading to the end
 
 
 def _baseline(reading: WorkerMemoryReading) -> int | None:
@@ -91,9 +93,12 @@ def project(reading: WorkerMemoryReading) -> Projection | None:
 
     k_base, k_now, end_k = reads_by(first[1]), reads_by(last[1]), samples / workers
     at_batch = None
+    marks = [int(last[1] + (reading.epoch_batches - last[1]) * step / CURVE_POINTS) for step in
+             range(CURVE_POINTS + 1)] if reading.epoch_batches > last[1] else [last[1]]
     if objects > 0 and 0 < growth < objects * (1.0 - copied(k_base, 1.0)) and k_now < samples:
         s = _fit(growth / objects, k_base, k_now, copied)
         projected = now + int(objects * (copied(end_k, s) - copied(k_now, s)))
+        curve = tuple((mark, now + int(objects * (copied(reads_by(mark), s) - copied(k_now, s)))) for mark in marks)
         how = (f"copy-on-read: {objects / 2**20:,.0f} MiB of the Dataset's Python objects, of which a worker copies "
                f"the pages it reads at random: {growth / 2**20:,.1f} MiB from its read {k_base:,.0f} to its read "
                f"{k_now:,.0f} of {end_k:,.0f} fits {s:.1f} samples a page, so it holds "
@@ -109,17 +114,32 @@ def project(reading: WorkerMemoryReading) -> Projection | None:
                 at_batch = batch if batch <= reading.epoch_batches else None
     elif objects > 0 and growth >= objects:
         projected = now
+        curve = tuple((mark, now) for mark in marks)
         how = (f"copy-on-read: the workers have copied all {objects / 2**20:,.0f} MiB of the Dataset's Python "
                f"objects already; they grow no further this epoch")
     else:
         projected = now + int(per_1000 * left / 1000)
+        curve = tuple((mark, now + int(per_1000 * (mark - last[1]) / 1000)) for mark in marks)
         how = ("a straight line from the growth per batch (an upper estimate: no attribute of the Dataset holds "
                "many Python objects to bound it)")
         if reading.available_bytes is not None and per_1000 > 0:
             batch = int(last[1] + 1000.0 * reading.available_bytes / nodes / per_1000)
             at_batch = batch if batch <= reading.epoch_batches else None
     additional = max(0, projected - now) * nodes
-    return Projection(start, now, per_1000, projected, projected * nodes, additional, how, at_batch)
+    return Projection(start, now, per_1000, projected, projected * nodes, additional, how, at_batch, curve)
+
+
+def timeline(reading: WorkerMemoryReading | None) -> dict | None:
+    """What the page draws: each reading (batches so far, the main process's and each worker's private bytes)
+    and the projection's curve for one worker to the end of the epoch; None without readings."""
+    if reading is None or not reading.samples:
+        return None
+    projection = project(reading)
+    return {"readings": [{"time_s": t, "batches": b, "main_bytes": main, "worker_bytes": list(workers)}
+                         for t, b, main, workers in reading.samples],
+            "projection": [list(point) for point in projection.curve] if projection else [],
+            "epoch_batches": reading.epoch_batches, "available_bytes": reading.available_bytes,
+            "workers_on_node": reading.workers * reading.ranks_on_node}
 
 
 def _fit(grown: float, k_base: float, k_now: float, copied) -> float:
