@@ -20,13 +20,19 @@ def train_verdict(busy: float, wait: float = 0.0) -> str:
 
 
 def doctor_healthy(busy: float) -> bool:
-    """Fifty 0.1 s GPU steps with `busy` of each on the device and no wait, copy or sync."""
+    """Fifty 0.1 s GPU steps with `busy` of each on the device and no wait, copy or sync: compute_bound is the
+    verdict either way (no waste is found), and its evidence says whether the device was busy enough (its fix then
+    says how much of the step idled with no cause found)."""
     records = [StepRecord(index=i, start_s=0.1 * i, wall_s=0.1, data_wait_s=0.0, copy_s=0.0, copy_bytes=0,
                           copy_pageable_bytes=0, compute_s=busy * 0.1, sync_count=0, sync_s=0.0, batch_size=256,
                           kernel_launches=200) for i in range(50)]
     seen = Observation(tuple(records), (), "cuda:0", Host(16, 8), LoaderSettings(8, True, 0.0),
                        MemoryReading(None, None, None), None, StepShape(256, 1, 256), False, True, Ranks(), (), None)
-    return "compute_bound" in {finding.kind for finding in diagnose(seen).findings}
+    report = diagnose(seen)
+    found = {finding.kind: finding for finding in report.findings}["compute_bound"]
+    assert report.verdict.primary == "compute_bound"
+    assert found.fix.startswith("The GPU computed") is not found.evidence["busy_enough"]
+    return found.evidence["busy_enough"]
 
 
 def test_the_shared_figure_is_eighty_percent():

@@ -46,7 +46,8 @@ def detect(seen: Observation, notes: Notes, others: list[Finding], left: dict[st
     wait_share = totals.share(totals.data_wait_s)
     busy = seen.busy()
     share = max(0.0, left["busy"])
-    evidence = {"device_busy": busy, "data_wait_share": wait_share, "compute_share": share,
+    enough = busy >= DEVICE_BUSY_ENOUGH if seen.on_gpu and busy is not None else None
+    evidence = {"device_busy": busy, "busy_enough": enough, "data_wait_share": wait_share, "compute_share": share,
                 "claimed_by_others": sum(other.share for other in others)}
     if seen.on_gpu:
         evidence.update(seen.gpu_activity())
@@ -59,7 +60,7 @@ def detect(seen: Observation, notes: Notes, others: list[Finding], left: dict[st
                          else None, "fraction_of_peak": arithmetic.flops_per_step / model_step_s / peak
                          if peak and model_step_s > 0 else None})
     supporting = seen.count(lambda r: r.data_wait_s < INPUT_SHARE_MEDIUM * r.wall_s)
-    idle = busy if seen.on_gpu and busy is not None and busy < DEVICE_BUSY_ENOUGH else None
+    idle = busy if enough is False else None
     return new_finding(KIND, "info", share, evidence, fix(seen.device_type, arithmetic, idle),
                        confidence(supporting))
 
