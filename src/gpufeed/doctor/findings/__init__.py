@@ -6,18 +6,22 @@ Each kind's module holds its judgement:
 - `KIND`, its name, and `MEANING`, what it means in a line (the page's);
 - `detect(seen, notes) -> Finding | None`: the detection from an `Observation`, adding to `notes` what it could
   not judge; compute_bound, the healthy verdict, is judged last over the others: `detect(seen, notes, others)`;
-- `fix(...) -> (words, code)`: the remedy, from the numbers `detect` measured.
+- `fix(...) -> (words, code)`: the remedy, from the numbers `detect` measured;
+- `PART` (or `claims(finding)`, or `CLAIMS_TIME = False`): the part of the step its share is taken from, and
+  `RECOMMEND_AT`: the share over which it may be the verdict, with its source (shares.py, verdict.py).
 The experiments `--try` runs to test a kind's fix are trials/plan.py's (a function per kind that has one).
 
-`FINDINGS` lists them in the vocabulary's order, which is also the order of detection and of ties for the primary
-kind; `KINDS` (report.py) is their names, which a Finding's kind must be one of. A new kind is a new module here,
+`FINDINGS` lists them in the vocabulary's order, which is also the order of detection and of ties between equal
+shares; `KINDS` (report.py) is their names, which a Finding's kind must be one of. A new kind is a new module here,
 a line in `FINDINGS` and its name in report.py's `KINDS`.
 
 Shared here:
-- report.py: Report, Verdict, Finding, Gain, SEVERITIES, KINDS, gain_headline; the JSON
+- report.py: Report, Verdict, Finding, Gain, SEVERITIES, KINDS, gain_headline, verdict_headline, rates_sentence
 - grading.py: the shared thresholds, severity and confidence, the host-bound gate, new_finding
 - stalls.py: slow-step outliers and the beat they fall on (periodic_stall's detection)
-- diagnose.py: an Observation in, a Report out: the findings, the primary kind, the verdict, the throughputs
+- shares.py: the step's parts and the disjoint shares; verdict.py: the verdict among them
+- invariants.py: what every report must hold, checked on each
+- diagnose.py: an Observation in, a Report out: the findings, their shares, the verdict, the throughputs
 """
 
 from __future__ import annotations
