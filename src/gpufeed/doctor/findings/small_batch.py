@@ -20,6 +20,7 @@ Judged on the batch the model sees (`Observation.model_batch`: with gradient acc
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.grading import (
@@ -80,13 +81,18 @@ def probed(seen: Observation, batches: int) -> Finding | None:
     """The step's fixed cost from the batch probe (observe/probe.py): the model's time per forward (the step
     less its data wait, copies, syncs and, with several ranks, its wait at the all-reduce) less the batch times the
     probe's per-sample cost, and less, with several ranks, what its forward and backward took beyond the probe's
-    (the all-reduce in flight contending with them), is what a larger batch spreads; its share of the step is that
-    fraction of the model's time."""
+    (the all-reduce in flight contending with them), is what a larger batch spreads, in every step: its share is
+    that time over the watched steps' wall time. The model's time is the median step's: a stall in some steps
+    (another thread holding the interpreter, a checkpoint) is not the batch's fixed cost (periodic_stall's)."""
     probe, totals = seen.probe, seen.totals
+    collective_s = seen.own_collective_s() / totals.steps
     model_s = totals.wall_s - totals.data_wait_s - totals.copy_s - totals.sync_s - seen.own_collective_s()
     if probe is None or model_s <= 0:
         return None
-    per_forward_s = model_s / totals.steps / batches
+    per_step = [r.wall_s - r.data_wait_s - r.copy_s - r.sync_s - collective_s for r in seen.steps]
+    per_forward_s = statistics.median(per_step) / batches
+    if per_forward_s <= 0:
+        return None
     # several ranks: the forward and backward rank 0 measured beyond the probe's, which ran without an all-reduce in
     # flight, is that all-reduce's contention (threads on the same cores, memory traffic), not the batch's cost
     mine = next((r for r in seen.ranks.per_rank if r.rank == 0), None) if seen.ranks.world_size > 1 else None
@@ -95,7 +101,7 @@ def probed(seen: Observation, batches: int) -> Finding | None:
         overlap_s = max(0.0, (mine.forward_ms + mine.backward_ms) / 1000.0 / batches - probe.seconds[0][1])
     fixed_s = max(0.0, per_forward_s - probe.per_sample_s * probe.batch - overlap_s)
     fixed_fraction = fixed_s / per_forward_s
-    share = fixed_fraction * totals.share(model_s)
+    share = min(totals.share(fixed_s * batches * totals.steps), totals.share(model_s))
     evidence = {"batch_size": probe.batch,
                 "probe_ms": {f"{factor}x": round(1000.0 * s, 4) for factor, s in probe.seconds},
                 "probe_repeats": probe.repeats, "per_sample_ms": 1000.0 * probe.per_sample_s,
