@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.notes import Note
-from gpufeed.doctor.observe.clock import batch_size_of
+from gpufeed.doctor.observe.clock import batch_size_of, counted_by
 from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.doctor.wrapper import watch
@@ -93,6 +93,10 @@ def test_batch_size_of_common_batches() -> None:
     assert batch_size_of(text) == 64 and batch_size_of(text, 64) == 64
     # the DataLoader's batch_size counts, capped by the batch's largest leading dimension (an epoch's short end)
     assert batch_size_of((torch.zeros(40, 3), torch.zeros(40)), 64) == 40
+    # and the report's note says which way the samples were counted
+    assert counted_by(text, 64) == "the DataLoader's batch_size"
+    assert counted_by(text, None) == "the leading dimension most of the batch's tensors agree on"
+    assert counted_by([["a", "b"], ["x", "y"]], None) == "the length of its labels"
 
 
 def test_watch_wraps_a_loader_yields_the_same_batches_and_records_the_waits() -> None:

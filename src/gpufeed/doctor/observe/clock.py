@@ -49,6 +49,24 @@ def _leading_dims(value: Any, found: list[int]) -> None:
         _leading_dims(item, found)
 
 
+def loader_batch_size(iterator: Any) -> int | None:
+    """A DataLoader iterator's own batch_size (its batch sampler's), or None: not a DataLoader iterator, batching
+    off (batch_size=None), or a batch sampler without one."""
+    if not getattr(iterator, "_auto_collation", False):
+        return None
+    size = getattr(getattr(iterator, "_index_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) else None
+
+
+def counted_by(batch: Any, loader_batch_size: int | None) -> str:
+    """How `batch_size_of` counts this batch's samples, in words (the report's note)."""
+    if loader_batch_size is not None:
+        return "the DataLoader's batch_size"
+    dims: list[int] = []
+    _leading_dims(batch, dims)
+    return "the leading dimension most of the batch's tensors agree on" if dims else "the length of its labels"
+
+
 def batch_size_of(batch: Any, loader_batch_size: int | None = None) -> int | None:
     """Samples in a batch: the DataLoader's own batch_size when the batch came from one with it set (capped by
     the batch's tensors' largest leading dimension: an epoch's last batch may be short), else the leading dimension

@@ -49,7 +49,14 @@ from gpufeed.doctor.observation import (
     Ranks,
 )
 from gpufeed.doctor.observe import probe
-from gpufeed.doctor.observe.clock import Held, StepContents, batch_size_of, step_shape
+from gpufeed.doctor.observe.clock import (
+    Held,
+    StepContents,
+    batch_size_of,
+    counted_by,
+    loader_batch_size,
+    step_shape,
+)
 from gpufeed.doctor.observe.flops import FlopCount, step_arithmetic
 from gpufeed.doctor.observe.profile import PROFILE_STEPS, StepProfiler, cuda_traced, profile_notes
 from gpufeed.doctor.observe.worker_memory import WorkerMemory
@@ -164,13 +171,10 @@ class Watcher:
             earlier = self._step["loader_split"]
             self._step["loader_split"] = split if earlier is None else earlier + split
         self.step_boundary("loader")
-        sampler = getattr(iterator, "_index_sampler", None) if getattr(iterator, "_auto_collation", False) else None
-        loader_batch = getattr(sampler, "batch_size", None)
-        loader_batch = loader_batch if isinstance(loader_batch, int) else None
+        loader_batch = loader_batch_size(iterator)
         size = batch_size_of(batch, loader_batch)
         if size is not None and self.batch_size_source is None:
-            self.batch_size_source = ("the DataLoader's batch_size" if loader_batch is not None
-                                      else "the leading dimension most of the batch's tensors agree on")
+            self.batch_size_source = counted_by(batch, loader_batch)
         if size is not None:
             self._step["batch_size"] = (self._step["batch_size"] or 0) + size
         self.contents.on_batch(loader, size, training=True)

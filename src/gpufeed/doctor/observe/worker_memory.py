@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from gpufeed.doctor.observation import DatasetAttribute, WorkerMemoryReading
+from gpufeed.doctor.observe.clock import loader_batch_size
 
 # gpufeed's choice: a fast loop watches its 50 steps in half a second, and the projection needs several readings
 # past the workers' start-up; a reading costs the kernel's walk of the worker's page tables (about 9 ms for a
@@ -170,7 +171,7 @@ class WorkerMemory:
         with self._lock:
             self._iterator_id, self._processes, self._samples, self._batches = id(iterator), processes, [], 1
             self._about = {"dataset_length": length, "epoch_batches": epoch_batches,
-                           "batch_size": getattr(getattr(iterator, "_index_sampler", None), "batch_size", None),
+                           "batch_size": loader_batch_size(iterator),
                            "attributes": _objects(dataset),
                            "prefetch_factor": getattr(iterator, "_prefetch_factor", None)}
         if self._thread is None:
