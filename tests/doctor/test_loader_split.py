@@ -235,11 +235,10 @@ def test_pinning_is_timed(monkeypatch: pytest.MonkeyPatch, workers: int) -> None
     evidence = input_bound.loader_parts(watcher.observe(), Notes())
     assert 5.0 <= evidence["pin_ms"] <= 3 * 5.0 + 20
     if workers:
-        # the pinning is not counted in the hand-over: both are parts of the wait, disjoint, so together they fit
-        # in it (comparing the two would be a timing: on a loaded machine the hand-over waits for the pin thread)
-        assert evidence["handover_ms"] >= 0.0
-        assert sum(r.loader_split.handover_s + r.loader_split.pin_s for r in watcher.records) <= \
-            sum(r.data_wait_s for r in watcher.records)
+        # the pinning is not counted in the hand-over: were it, the hand-over would hold each batch's 5 ms pin on
+        # top of its own wait. Under load the loop also waits there for the pin thread, up to about one pin (seen
+        # once: 6.5 ms against 5.6), so one pin's sleep is the margin, and either part may cost the loop most.
+        assert 0.0 <= evidence["handover_ms"] <= evidence["pin_ms"] + 5.0
         assert evidence["dominant_part"] in ("pin", "handover")
     else:
         parts = sum(r.loader_split.getitem_s + r.loader_split.collate_s + r.loader_split.pin_s
