@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from observations import on_gpu, steps
-from torch.utils.data import DataLoader
+from observations import host, on_cpu, on_gpu, steps
+from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.frameworks.setup import NAMES, TRAINING_ARGUMENTS, LoaderKnobs, Setup, setup_of
 from gpufeed.doctor.frameworks.words import explain
 from gpufeed.doctor.notes import Notes
+from gpufeed.doctor.observe.clock import image_batch
 from gpufeed.doctor.observe.hooks import Instrumentation
 from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.watch import Watcher
@@ -134,6 +135,7 @@ def test_a_plain_loop_names_the_first_line_of_its_dataloader_call() -> None:
     assert found.evidence["site"] == marked_site("plain_loop.py")  # the call spans five lines: its first
     assert found.evidence["framework"] == "torch" and found.evidence["settings"] == LOADER
     assert "torch.utils.data.DataLoader(dataset, batch_size=8, shuffle=True, num_workers=" in found.snippet
+    assert "gpufeed pack photos/" in found.snippet and "gpufeed.pack(" not in found.snippet  # its batches are tokens
     # a framework imported by an earlier test of this process is not taken for the loop's: it is a note
     imported = [note.text for note in report.notes if note.text.startswith("framework:")]
     assert len(imported) == (1 if seen.setup.imported else 0)
@@ -238,3 +240,67 @@ def test_gpu_fixes_write_argument_names_the_framework_has(framework: str, switch
     assert copying.evidence["site"] == "train.py:7" and "at train.py:7" in copying.fix
     pinned = "dataloader_pin_memory" if framework == "transformers" else "pin_memory"
     assert copying.evidence["settings"] == {pinned: False} and precision.evidence["framework"] == framework
+
+
+class Squares(Dataset):
+    """A map-style Dataset of (image, label) items: what gpufeed.pack takes."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, index):
+        return torch.full((3, 4, 4), index, dtype=torch.uint8), index % 2
+
+
+class Stream(IterableDataset):
+    def __iter__(self):
+        return iter(Squares()[index] for index in range(4))
+
+
+class Module:
+    """A LightningModule's way: the Dataset is an attribute, its loader made in train_dataloader()."""
+
+    def __init__(self):
+        self.train_set = Squares()
+
+    def train_dataloader(self):
+        return DataLoader(self.train_set, batch_size=2)
+
+
+def test_a_map_style_dataset_is_packed_in_the_users_name_for_it() -> None:
+    instrumentation = Instrumentation(Watcher())
+    instrumentation.install()
+    try:
+        train_set = Squares()
+        loaders = {"named": DataLoader(train_set, batch_size=2), "inline": DataLoader(Squares(), batch_size=2),
+                   "streamed": DataLoader(Stream(), batch_size=2), "attribute": Module().train_dataloader()}
+    finally:
+        instrumentation.remove()
+    origins = {name: instrumentation.built.origin(loader) for name, loader in loaders.items()}
+    assert not setup_of(origins["named"], None, image_batches=False).packable  # batches of tokens, say
+    setups = {name: setup_of(origin, None, image_batches=True) for name, origin in origins.items()}
+    assert {name: (setup.packable, setup.dataset_variable) for name, setup in setups.items()} == {
+        "named": (True, "train_set"), "inline": (True, None), "streamed": (False, None),
+        "attribute": (True, "self.train_set")}
+    calls = {"named": 'gpufeed.pack(train_set, "train.gpuf")', "inline": 'gpufeed.pack(dataset, "train.gpuf")',
+             "attribute": 'gpufeed.pack(self.train_set, "train.gpuf")', "streamed": None}
+    for name, call in calls.items():
+        for workers in (2, 8):  # more workers, or (at the 8 suggested) a cheaper sample: the packed file
+            seen = dataclasses.replace(on_cpu(steps(20, wait=0.05), host(), cpu_count=16, workers=workers),
+                                       setup=setups[name])
+            found = by_kind(diagnose(seen))["input_bound"]
+            if call is None:
+                assert "gpufeed pack photos/" in found.snippet and "gpufeed.pack(" not in found.fix + found.snippet
+                continue
+            assert f"`{call}`" in found.fix and f"\n{call}\n" in found.snippet, (name, workers)
+            assert 'gpufeed.Feed("train.gpuf"' in found.snippet and "gpufeed pack photos/" not in found.snippet
+            if workers == 2 and name == "named":  # the loader's own line, in the user's name too
+                assert "torch.utils.data.DataLoader(train_set, batch_size=2, shuffle=True" in found.snippet
+
+
+def test_image_batches_are_images_and_labels_of_one_length() -> None:
+    images, labels = torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.arange(4)
+    assert image_batch((images, labels)) and image_batch([images.float(), labels])
+    assert not image_batch({"input_ids": images, "labels": labels})  # a dict: tokens, say
+    assert not image_batch((torch.randn(4, 16), labels)) and not image_batch((images, labels.float()))
+    assert not image_batch((images, labels[:3])) and not image_batch((images, labels, labels))

@@ -64,6 +64,8 @@ def test_a_cifar_script_counts_only_its_training_batches() -> None:
     assert watcher.contents.other_batches == 4
     assert seen.loader.workers == 2 and seen.loader.pin_memory is False  # not the validation loader's
     assert seen.shape == StepShape(64, 1, 64)
+    # a map-style Dataset of (images, labels) batches, in the script's name: input_bound would advise packing it
+    assert (seen.setup.packable, seen.setup.dataset_variable) == (True, "train_set")
     # about the run, not something missing
     assert any(note.kind == "run" and note.text.startswith("other DataLoaders: 4 batches") for note in seen.notes)
 

@@ -16,6 +16,9 @@ Policies, beyond images.py's (first frame, EXIF orientation applied, mode conver
   stored byte for byte ("passthrough", baseline or progressive); it is still decoded completely, so a
   truncated one is skipped like any other bad file.
 - "raw": the uint8 pixels, H x W x C row-major.
+- A Dataset's item (dataset.py): its JPEG or PNG bytes are stored as a file's are (`store_encoded`, passthrough
+  included); a picture (a PIL image, or pixels made one) goes through the same mode and size policies, with no
+  orientation to apply and no file to pass through (`store_picture`).
 The per-channel sums (the header's mean and std) are those of the pixels stored, or encoded for JPEG (a
 passthrough file's decoded pixels). This module imports numpy and Pillow only: it runs in the spawned workers.
 """
@@ -31,7 +34,7 @@ from PIL import Image
 
 from gpufeed.data.format.layout import ENCODINGS
 from gpufeed.data.format.statistics import channel_sums
-from gpufeed.data.pack.images import convert_mode, failure_reason, open_complete, resize_and_crop
+from gpufeed.data.pack.images import Opened, convert_mode, failure_reason, open_complete, resize_and_crop
 from gpufeed.errors import ConfigError
 
 DEFAULT_QUALITY = 90
@@ -137,9 +140,31 @@ def store_image(path: str, options: StoreOptions) -> Stored:
     try:
         with open(path, "rb") as handle:
             source = handle.read()
+    except Exception as error:  # noqa: BLE001 - a file that cannot be read is that file's defect
+        return Stored(reason=failure_reason(error))
+    return store_encoded(source, options)
+
+
+def store_encoded(source: bytes, options: StoreOptions) -> Stored:
+    """Store one encoded image file's bytes (a folder's file, or a Dataset's JPEG or PNG bytes) following the
+    module's policies, passthrough included; bad bytes give a `Stored` with a `reason`."""
+    try:
         if not source:
             return Stored(reason="empty file (0 bytes)")
         opened = open_complete(io.BytesIO(source), _scale_of(options))
+    except Exception as error:  # noqa: BLE001 - any failure to decode one file is that file's defect
+        return Stored(reason=failure_reason(error))
+    return _store_opened(opened, options, source)
+
+
+def store_picture(image: Image.Image, options: StoreOptions) -> Stored:
+    """Store a decoded picture (a Dataset's PIL image or array) following the module's mode and size policies; it
+    has no file to pass through, and no orientation tag: it is stored as it is shown."""
+    return _store_opened(Opened(image, None, None, (image.height, image.width)), options, None)
+
+
+def _store_opened(opened: Opened, options: StoreOptions, source: bytes | None) -> Stored:
+    try:
         image, converted = convert_mode(opened.image, options.channels)
         if options.size is not None:
             target = options.size
@@ -151,8 +176,8 @@ def store_image(path: str, options: StoreOptions) -> Stored:
                 image = image.resize((target[1], target[0]), RESAMPLE)
         pixels = np.asarray(image, dtype=np.uint8)
         pixels = pixels[:, :, None] if pixels.ndim == 2 else pixels
-        passthrough = (options.encoding == "jpeg" and opened.format == "JPEG" and not converted
-                       and opened.orientation in (None, 1) and target == opened.size
+        passthrough = (source is not None and options.encoding == "jpeg" and opened.format == "JPEG"
+                       and not converted and opened.orientation in (None, 1) and target == opened.size
                        and (image.height, image.width) == opened.size)
         data = source if passthrough else _encoded(image, pixels, options)
     except Exception as error:  # noqa: BLE001 - any failure to decode one file is that file's defect

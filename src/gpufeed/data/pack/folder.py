@@ -47,7 +47,8 @@ RESIZE_POLICY = "scale to cover (bilinear), centre crop"
 MAX_SIDE_POLICY = "longer side scaled down to max_side (JPEG draft, then bilinear), never up"
 
 
-def _check_folder_options(size, channels, workers) -> tuple[tuple[int, int] | None, int]:
+def check_image_options(size, channels, workers) -> tuple[tuple[int, int] | None, int]:
+    """`size` as (height, width) or None, and `channels`, checked with `workers` (a folder's or a Dataset's)."""
     if size is not None:
         size = tuple(size)
         if len(size) != 2 or not all(isinstance(v, (int, np.integer)) and v > 0 for v in size):
@@ -206,7 +207,7 @@ def pack_folder(folder: str | os.PathLike, destination: str | os.PathLike, size:
     started = time.perf_counter()
     destination = check_destination(destination)
     folder = Path(folder).expanduser()
-    size, channels = _check_folder_options(size, channels, workers)
+    size, channels = check_image_options(size, channels, workers)
     options = store_options(encoding, quality, channels, max_side, size)
     listing, tally = _listing(folder, destination, strict)
     workers = default_workers(len(listing.files)) if workers is None else int(workers)

@@ -150,12 +150,22 @@ def resize_and_crop(image: Image.Image, target: tuple[int, int]) -> tuple[Image.
     return image.crop((left, top, left + width, top + height)), True
 
 
-def decode_image(path: str, size: tuple[int, int] | None, channels: int) -> Decoded:
-    """Decode `path` following the module's policies; a bad file gives a `Decoded` with a `reason`."""
+def decode_image(source: str | BinaryIO, size: tuple[int, int] | None, channels: int) -> Decoded:
+    """Decode `source` (a path, or an open file of encoded bytes) following the module's policies; a bad file gives
+    a `Decoded` with a `reason`."""
     try:
-        if os.path.getsize(path) == 0:
+        if isinstance(source, str) and os.path.getsize(source) == 0:
             return Decoded(reason="empty file (0 bytes)")
-        image = open_complete(path, None if size is None else lambda found: _cover_scale(found, size)).image
+        image = open_complete(source, None if size is None else lambda found: _cover_scale(found, size)).image
+    except Exception as error:  # noqa: BLE001 - any failure to decode one file is that file's defect
+        return Decoded(reason=failure_reason(error))
+    return decode_picture(image, size, channels)
+
+
+def decode_picture(image: Image.Image, size: tuple[int, int] | None, channels: int) -> Decoded:
+    """The pixels of a decoded picture (an opened file, or a Dataset's PIL image) with the mode and size policies
+    applied; a failure gives a `Decoded` with a `reason`."""
+    try:
         original = (image.height, image.width)
         image, converted = convert_mode(image, channels)
         resized = False

@@ -1,5 +1,5 @@
 """Write `.gpuf` packed datasets from arrays, a `.npz` file or the built-in dataset, and `pack`, which picks the
-writer from the source (a folder goes to `folder.py`).
+writer from the source (a folder goes to `folder.py`, a map-style Dataset to `dataset.py`).
 
 Every writer streams into `PackWriter` (writer.py), or with an `encoding` into `TableWriter` (table_writer.py,
 format version 2: each array stored raw or as a JPEG by encode.py), which write a temporary file beside the
@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from gpufeed.data.pack import builtin
+from gpufeed.data.pack.dataset import pack_dataset
 from gpufeed.data.pack.encode import StoreOptions, store_options, store_pixels
 from gpufeed.data.pack.folder import pack_folder
 from gpufeed.data.pack.result import PackResult, Progress, check_destination, result_for, table_fields
@@ -162,6 +163,7 @@ OPTIONS = {
     "builtin": ("count", "split", "seed", "encoding", "quality", "progress"),
     "npz": ("encoding", "quality", "progress"),
     "folder": ("size", "max_side", "encoding", "quality", "channels", "strict", "workers", "progress"),
+    "dataset": ("classes", "size", "max_side", "encoding", "quality", "channels", "workers", "progress"),
 }
 
 
@@ -175,13 +177,16 @@ def _options_for(kind: str, options: dict) -> dict:
     return given
 
 
-def pack(source: str | os.PathLike, destination: str | os.PathLike, **options) -> PackResult:
+def pack(source, destination: str | os.PathLike, **options) -> PackResult:
     """Pack `source` into `destination` (a `.gpuf` file), choosing the writer from the source.
 
-    `source` is "builtin" or "builtin:SPLIT", a `.npz` file, or a folder. Options that are None are
-    ignored; one that does not apply to the source is an error.
+    `source` is "builtin" or "builtin:SPLIT", a `.npz` file, a folder, or a map-style Dataset (any object with
+    `__len__` and `__getitem__`, not a path) whose items are (image, label): `pack_dataset` (dataset.py). Options
+    that are None are ignored; one that does not apply to the source is an error.
     """
     check_destination(destination)
+    if not isinstance(source, (str, os.PathLike)):
+        return pack_dataset(source, destination, **_options_for("dataset", options))
     text = str(source)
     if text == "builtin" or text.startswith("builtin:"):
         given = _options_for("builtin", options)

@@ -21,7 +21,7 @@ import numpy as np
 from gpufeed.data.format.layout import CHUNK_BYTES, ENCODINGS, PREAMBLE_BYTES, TABLE_VERSION, align_up
 from gpufeed.data.format.statistics import channel_sums, mean_and_std
 from gpufeed.data.format.table import RECORD, RECORD_FIELDS
-from gpufeed.data.pack.writer import StreamedFile, chunk_checksums
+from gpufeed.data.pack.writer import StreamedFile, chunk_checksums, within_room
 from gpufeed.errors import ConfigError
 
 NAME_BOUND_BYTES = 6 * 4096 + 3  # one name in the JSON list at most: a 4096-byte path, every byte escaped
@@ -39,7 +39,8 @@ class TableWriter(StreamedFile):
 
     Use as a context manager, like `PackWriter`. `append` takes one sample's stored bytes: raw uint8
     H x W x C row-major, or one JPEG file (`encoding` "jpeg"). `max_count` bounds how many samples may be
-    appended (it sizes the table's room); fewer is fine. `named` keeps a source name per sample.
+    appended (it sizes the table's room); fewer is fine. `named` keeps a source name per sample. `set_classes`
+    renames the classes before the end, within the room the names given here take.
     """
 
     def __init__(self, destination: str | os.PathLike, channels: int, classes, max_count: int, encoding: str,
@@ -65,9 +66,14 @@ class TableWriter(StreamedFile):
         self._sum_squares = np.zeros(self.channels, np.uint64)
         self._pixels = 0
         fixed_text = len(json.dumps(self.fields)) + 64 * self.channels
+        self._classes_room = len(json.dumps(self.fields["classes"]))
         self._table_offset = _header_room(self.max_count, named, fixed_text)
         self._payload_offset = align_up(self._table_offset + self.max_count * RECORD.itemsize)
         super().__init__(self.destination, self._payload_offset)
+
+    def set_classes(self, classes) -> None:
+        """Name the classes now (a writer that learns them only from the labels gives placeholders at first)."""
+        self.fields["classes"] = list(within_room(classes, self._classes_room))
 
     def append(self, data: bytes | memoryview | np.ndarray, height: int, width: int, label: int,
                crc32: int | None = None, sums: tuple[np.ndarray, np.ndarray] | None = None,

@@ -66,6 +66,15 @@ def _header_room(max_count: int, shape: tuple[int, int, int], classes: tuple[str
     return align_up(PREAMBLE_BYTES + 4096 + names + 12 * chunks)
 
 
+def within_room(classes, room: int) -> tuple[str, ...]:
+    """The class names, checked to fit the `room` (bytes of their JSON list) their writer reserved."""
+    names = tuple(str(name) for name in classes)
+    if len(json.dumps(list(names))) > room:
+        raise ConfigError(f"{len(names)} class names need more header room than was reserved for the names given "
+                          f"at first ({room} bytes of JSON); give the classes when the writer is made")
+    return names
+
+
 class StreamedFile:
     """The life of a streamed `.gpuf` file, shared by `PackWriter` and `TableWriter` (table_writer.py).
 
@@ -120,7 +129,8 @@ class PackWriter(StreamedFile):
 
     Use as a context manager; `append` batches of uint8 images (n, H, W, C) and int labels (n,). On a clean
     exit the file is completed and renamed into place; on an exception the temporary file is removed.
-    `max_count` bounds how many samples may be appended (it sizes the header room); fewer is fine.
+    `max_count` bounds how many samples may be appended (it sizes the header room); fewer is fine. `set_classes`
+    renames the classes before the end, within the room the names given here take.
     """
 
     def __init__(self, destination: str | os.PathLike, shape: tuple[int, int, int], classes, max_count: int,
@@ -141,7 +151,12 @@ class PackWriter(StreamedFile):
         self._sum = np.zeros(self.shape[2], np.float64)
         self._sum_squares = np.zeros(self.shape[2], np.float64)
         self._images_offset = _header_room(self.max_count, self.shape, self.classes)
+        self._classes_room = len(json.dumps(list(self.classes)))
         super().__init__(self.destination, self._images_offset)
+
+    def set_classes(self, classes) -> None:
+        """Name the classes now (a writer that learns them only from the labels gives placeholders at first)."""
+        self.classes = within_room(classes, self._classes_room)
 
     def append(self, images: np.ndarray, labels: np.ndarray) -> None:
         images = np.ascontiguousarray(images, dtype=np.uint8)

@@ -2,10 +2,12 @@
 
 Found when the data wait (time blocked in the training loader's `__next__`, and its `__iter__` and final
 StopIteration) is at least INPUT_SHARE_MEDIUM of the step. The fix suggests min(cores, MAX_SUGGESTED_WORKERS)
-workers; when the loader has that many already, a cheaper sample (gpufeed pack and Feed); when most of the wait is
-its workers starting and stopping (RESTART_SHARE), persistent_workers. The fix names the user's line where the
-loader's settings are given (`evidence.site`, with their current values) in the framework's words
-(frameworks/words.py: TrainingArguments' dataloader_num_workers for the Hugging Face Trainer, say).
+workers; when the loader has that many already, a cheaper sample (gpufeed pack and Feed: when the loader wraps a
+map-style Dataset of (image, label) batches, `gpufeed.pack(train_set, "train.gpuf")` with the user's name for it,
+frameworks/setup.py, else `dataset`); when most of the wait is its workers starting and stopping (RESTART_SHARE),
+persistent_workers. The fix names the user's line where the loader's settings are given (`evidence.site`, with
+their current values) in the framework's words (frameworks/words.py: TrainingArguments' dataloader_num_workers for
+the Hugging Face Trainer, say).
 
 Inside the loader (doctor/loader_split.py times the parts): the evidence gives each batch's __getitem__,
 collate, hand-over and pinning, and the part that costs the loop most (`dominant_part`; __getitem__ and collate
@@ -162,15 +164,11 @@ def fix(workers: int | None, on_gpu: bool, current: int | None = None,
     if (inside or {}).get("parts_below_blame"):
         return _overhead_fix(inside, workers, current, setup)
     measured = f"Inside the loader, {_per_batch(inside)} " if part else ""
-    feed = (f"# pack once (gpufeed pack photos/ data/train.gpuf), then\n"
-            f"import gpufeed\n"
-            f"feed = gpufeed.Feed(\"data/train.gpuf\", batch_size=batch_size, device=\"{device}\")\n"
-            f"for images, labels in feed:\n"
-            f"    ...")
+    feed = _feed_snippet(setup, device)
     if current is not None and workers is not None and current >= workers:
         fix = (f"The step waits for its next batch, and the DataLoader already has {current} worker processes, as "
                f"many as suggested here ({workers}, from the cores): more would only share the same cores. Make "
-               f"each sample cheaper: decode once with `gpufeed pack` and read the packed file with gpufeed.Feed "
+               f"each sample cheaper: decode once with {_pack_words(setup)} and read the packed file with gpufeed.Feed "
                f"(uint8 batches gathered on threads, augmentation done per batch"
                + (" on the device" if on_gpu else "") + ", not per sample in Python), and keep the workers alive "
                "across epochs: " + words.set_loader(setup, {"persistent_workers": "True",
@@ -181,9 +179,34 @@ def fix(workers: int | None, on_gpu: bool, current: int | None = None,
                "prefetch_factor": "4"}
     fix = (f"The step waits for its next batch. Give {words.loader_noun(setup)} more worker processes"
            + (" and pinned memory" if on_gpu else "") + ", and keep the workers alive across epochs: "
-           + words.set_loader(setup, changes) + "; or decode once with `gpufeed pack` and read the packed file "
-             "with gpufeed.Feed, which gathers uint8 batches on threads and augments on the device.")
+           + words.set_loader(setup, changes) + f"; or decode once with {_pack_words(setup)} and read the packed "
+             "file with gpufeed.Feed, which gathers uint8 batches on threads and augments on the device.")
     return measured + fix, f"{words.loader_snippet(setup, changes)}\n\n# or: {feed[2:]}"
+
+
+def _pack_call(setup: Setup) -> str | None:
+    """`gpufeed.pack(train_set, "train.gpuf")` when the loader wraps a map-style Dataset of (image, label) items
+    (`setup.packable`; named as the user's line names it, else `dataset`), which pack takes as it is; None
+    otherwise (the command line packs a folder)."""
+    if not setup.packable:
+        return None
+    return f"gpufeed.pack({setup.dataset_variable or 'dataset'}, \"train.gpuf\")"
+
+
+def _pack_words(setup: Setup) -> str:
+    return f"`{_pack_call(setup) or 'gpufeed pack'}`"
+
+
+def _feed_snippet(setup: Setup, device: str) -> str:
+    """Pack once (the user's Dataset, else a folder on the command line), then read the file with gpufeed.Feed."""
+    call = _pack_call(setup)
+    path = "train.gpuf" if call else "data/train.gpuf"
+    head = ("# pack once (the Dataset without its random augmentation and Normalize: Feed does both per batch), "
+            f"then\nimport gpufeed\n{call}\n" if call
+            else "# pack once (gpufeed pack photos/ data/train.gpuf), then\nimport gpufeed\n")
+    return (f"{head}feed = gpufeed.Feed(\"{path}\", batch_size=batch_size, device=\"{device}\")\n"
+            f"for images, labels in feed:\n"
+            f"    ...")
 
 
 def _overhead_fix(inside: dict, workers: int | None, current: int | None, setup: Setup) -> tuple[str, str]:

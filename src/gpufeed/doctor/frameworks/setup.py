@@ -12,6 +12,10 @@ Detection, from what the hooks see while the script runs (never from the script'
     wraps a new DataLoader built from the user's; Lightning re-instantiates one): that loader's line and settings;
   - else the user's DataLoader(...) line, and the framework whose frames are on the stack (Lightning calling
     `train_dataloader()`, say).
+  With the line, the Dataset the loader wraps: whether it is map-style (`__len__` and `__getitem__`, not an
+  IterableDataset) and the user's name for it there (`dataset_variable`: a local of that line's frame, or
+  `self.NAME`, holding that very object; None when it is built inline). When its batches are also (images, labels)
+  (`setup_of`'s `image_batches`), the Setup is `packable`: what `gpufeed.pack(dataset, ...)` takes.
 - when the batches are read (`setup_of`): a user's loader read by Lightning's loop (passed to `fit`) is Lightning's.
 - `imported`: the frameworks in sys.modules at the end; one imported but not tied to the training loop is a note,
   and the advice stays in plain PyTorch's words. A site that cannot be found is a note too (`explain`).
@@ -67,6 +71,8 @@ class LoaderOrigin:
     knobs: LoaderKnobs | None
     how: str
     note: str | None = None  # why the site is not the settings' own line
+    map_dataset: bool = False  # the loader wraps a map-style Dataset (not for the Trainer's, whose items are dicts)
+    dataset_variable: str | None = None  # the user's name for it at the line: "train_set", "self.train_set"
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,8 @@ class Setup:
     imported: tuple[str, ...] = ()  # frameworks in sys.modules at the end of the run
     how: str | None = None
     note: str | None = None
+    packable: bool = False  # a map-style Dataset (LoaderOrigin's) whose batches are (images, labels): gpufeed.pack's
+    dataset_variable: str | None = None  # the user's name for that Dataset (LoaderOrigin's)
 
 
 PLAIN = Setup()  # a plain PyTorch loop, its loader's site not known: the fixes' default
@@ -200,7 +208,8 @@ class Constructions:
                 how = ("the training DataLoader was built in the script" if stacked == "torch" else
                        f"the training DataLoader was built while {NAMES[stacked]} ran")
                 origin = LoaderOrigin(file, line, f"{type(loader).__name__}(...)" if own else called, "DataLoader",
-                                      stacked, _knobs_of(loader, {}), how)
+                                      stacked, _knobs_of(loader, {}), how, None,
+                                      *_dataset_seen(getattr(loader, "dataset", None), user))
         self._remember(self._loaders, loader, origin)
 
     def _rebuilt(self, between: list, loader: Any, stacked: str) -> LoaderOrigin | None:
@@ -230,6 +239,23 @@ class Constructions:
                             f"the site is the call into the Trainer ({called})")
 
 
+def _dataset_seen(dataset: Any, user) -> tuple[bool, str | None]:
+    """Whether `dataset` is map-style, and the name the user's frame gives it (a local, else an attribute of its
+    `self`)."""
+    from torch.utils.data import IterableDataset  # loaded: a DataLoader was just built
+
+    kind = type(dataset)
+    if dataset is None or isinstance(dataset, IterableDataset) or not (hasattr(kind, "__len__")
+                                                                       and hasattr(kind, "__getitem__")):
+        return False, None
+    names = list(user.f_locals.items()) if user is not None else []
+    owner = dict(names).get("self")
+    attributes = [(f"self.{name}", value) for name, value in vars(owner).items()
+                  if not name.startswith("_")] if hasattr(owner, "__dict__") else []
+    names = [(name, value) for name, value in names if not name.startswith("_")] + attributes
+    return True, next((name for name, value in names if value is dataset), None)
+
+
 def _stack(frame):
     while frame is not None:
         yield frame
@@ -254,9 +280,10 @@ def _lightning_package(filename: str) -> str | None:
     return None
 
 
-def setup_of(origin: LoaderOrigin | None, batches_from: str | None) -> Setup:
+def setup_of(origin: LoaderOrigin | None, batches_from: str | None, image_batches: bool = False) -> Setup:
     """The Setup of a run whose training batches came from a loader of `origin` (None: not recorded), asked for
-    at `batches_from` (the file of the first frame outside torch and gpufeed; None: not known)."""
+    at `batches_from` (the file of the first frame outside torch and gpufeed; None: not known); `image_batches`:
+    they were (images, labels) (observe/clock.py), so a map-style Dataset behind them is `packable`."""
     from gpufeed.doctor.patching import shown_path
 
     imported = imported_frameworks()
@@ -267,4 +294,5 @@ def setup_of(origin: LoaderOrigin | None, batches_from: str | None) -> Setup:
     if reader is not None:
         framework, how = "lightning", f"{how}, and its batches are read by {reader}'s loop"
     site = f"{shown_path(origin.file)}:{origin.line}" if origin.file is not None else None
-    return Setup(framework, site, origin.site_is, origin.settings_in, origin.knobs, imported, how, origin.note)
+    return Setup(framework, site, origin.site_is, origin.settings_in, origin.knobs, imported, how, origin.note,
+                 origin.map_dataset and image_batches, origin.dataset_variable)

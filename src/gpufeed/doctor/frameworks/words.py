@@ -93,7 +93,7 @@ def loader_snippet(setup: Setup, changes: dict[str, str]) -> str:
     if setup.framework == "lightning":
         return ("def train_dataloader(self):  # in the LightningModule or LightningDataModule\n"
                 + _wrapped("    return torch.utils.data.DataLoader(", ["self.train_set", *arguments]))
-    loader = _wrapped("loader = torch.utils.data.DataLoader(", ["dataset", *arguments])
+    loader = _wrapped("loader = torch.utils.data.DataLoader(", [setup.dataset_variable or "dataset", *arguments])
     if setup.framework == "accelerate":
         loader += "\nmodel, optimizer, loader = accelerator.prepare(model, optimizer, loader)  # settings carry over"
     return loader

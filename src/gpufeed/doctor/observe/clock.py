@@ -13,6 +13,8 @@ the model sees (findings/small_batch.py).
   steps) add no data wait and no samples: their time is step time, and a periodic one shows as a stall. Until a
   step of the clock closes, and under the loader clock alone, every batch counts. Two loaders read on every step
   (semi-supervised) both count; a validation pass on every other step or more often counts as training.
+- Image batches: whether the training batches are (images, labels) (`image_batch`, the first training batch's), so
+  that input_bound may advise packing the loader's Dataset with `gpufeed.pack` (frameworks/setup.py).
 - Without loader batches: the samples of a step are the rows that went through the step's first module (the
   model, called first; a loss module called after it is not counted) in outermost forwards with grad enabled,
   summed over the step (nanoGPT's micro-steps). They are counted in the first complete step of the clock; the
@@ -47,6 +49,17 @@ def _leading_dims(value: Any, found: list[int]) -> None:
     items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
     for item in items:
         _leading_dims(item, found)
+
+
+def image_batch(batch: Any) -> bool:
+    """An (images, labels) batch: two items, a 4-D uint8 or floating tensor (B, C, H, W or B, H, W, C) and a 1-D
+    integer tensor of as many labels; what `gpufeed.pack` makes of a Dataset's (image, label) items."""
+    if not isinstance(batch, (list, tuple)) or len(batch) != 2:
+        return False
+    images, labels = batch
+    return (isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor) and images.dim() == 4
+            and (images.dtype == torch.uint8 or images.is_floating_point()) and labels.dim() == 1
+            and not labels.is_floating_point() and labels.dtype != torch.bool and len(labels) == len(images))
 
 
 def loader_batch_size(iterator: Any) -> int | None:

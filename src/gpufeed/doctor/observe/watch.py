@@ -54,6 +54,7 @@ from gpufeed.doctor.observe.clock import (
     StepContents,
     batch_size_of,
     counted_by,
+    image_batch,
     loader_batch_size,
     step_shape,
 )
@@ -96,6 +97,7 @@ class Watcher:
         self.loader_pin_memory: bool | None = None
         self.loader_parts: LoaderParts | None = None  # the training loader iterator's (loader_split.py)
         self.loader_origin: LoaderOrigin | None = None  # where the training loader was built (frameworks/setup.py)
+        self.image_batches: bool | None = None  # the first training batch was (images, labels) (clock.py)
         self.loader_site: tuple | None = None  # where its batches are asked for (call_site)
         self.threads: int | None = None  # torch's intra-op threads as the script left them (None: read now)
         self.notes: list[Note] = []  # what the instrumentation could not measure
@@ -171,6 +173,8 @@ class Watcher:
             earlier = self._step["loader_split"]
             self._step["loader_split"] = split if earlier is None else earlier + split
         self.step_boundary("loader")
+        if self.image_batches is None:
+            self.image_batches = image_batch(batch)
         loader_batch = loader_batch_size(iterator)
         size = batch_size_of(batch, loader_batch)
         if size is not None and self.batch_size_source is None:
@@ -336,12 +340,13 @@ class Watcher:
                                         self.seen["optimizers"])
         restart_s = sum(held.restart_s for _, held in watched)
         loader = LoaderSettings(self.loader_workers, self.loader_pin_memory, restart_s, self.loader_parts)
+        setup = setup_of(self.loader_origin, self._site_file(), bool(self.image_batches))
         return Observation(tuple(self.records), tuple(self.samples), device,
                            Host(os.cpu_count(), self.threads or torch.get_num_threads()), loader, memory,
                            ProfileWindow.of(self.profile), shape, self.float64_seen, self.autocast_seen, Ranks(),
                            tuple(shape_notes + lines + memory_notes + arithmetic_notes + probe_notes), script_error,
-                           arithmetic=arithmetic, setup=setup_of(self.loader_origin, self._site_file()),
-                           probe=batch_probe, worker_memory=self.worker_memory.reading())
+                           arithmetic=arithmetic, setup=setup, probe=batch_probe,
+                           worker_memory=self.worker_memory.reading())
 
     def run_probe(self) -> tuple[BatchProbe | None, list[Note]]:
         """The batch probe (probe.py) of the captured forward, once the watch is done: the instrumentation runs
