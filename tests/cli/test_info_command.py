@@ -1,4 +1,4 @@
-"""`gpufeed info`: JSON on standard output, the table, and wrong input."""
+"""`gpufeed info`: JSON on standard output, the table, the pack cache, and wrong input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ import pytest
 
 from gpufeed.cli.main import main
 
-KEYS = {"cpu", "memory", "disk", "accelerators", "software", "unmeasured"}
+KEYS = {"cpu", "memory", "disk", "accelerators", "software", "unmeasured", "cache"}
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's own cache folder (never the user's)."""
+    monkeypatch.setenv("GPUFEED_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("GPUFEED_CACHE_LIMIT", raising=False)
+    return tmp_path / "cache"
 
 
 def test_json_to_standard_output_is_only_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,3 +65,19 @@ def test_help_shows_an_example(capsys: pytest.CaptureFixture[str]) -> None:
         main(["info", "--help"])
     assert exit_info.value.code == 0
     assert "gpufeed info --json -" in capsys.readouterr().out
+
+
+def test_the_cache_is_shown_with_its_path_size_packs_and_limit(capsys: pytest.CaptureFixture[str], cache: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    cache.mkdir()
+    (cache / "photos-0123456789abcdef.gpuf").write_bytes(b"x" * 1000)
+    (cache / "photos-0123456789abcdef.json").write_text('{"cache_version": 1}')  # 20 bytes
+    (cache / "builtin-train-64-seed0-v1.gpuf").write_bytes(b"y" * 234)
+    monkeypatch.setenv("GPUFEED_CACHE_LIMIT", "20GB")
+    assert main(["info", "--json", "-"]) == 0
+    shown = json.loads(capsys.readouterr().out)["cache"]
+    assert shown == {"path": str(cache), "exists": True, "bytes": 1254, "packs": 2, "folder_packs": 1,
+                     "limit_bytes": 20 * 10**9}
+    assert main(["info"]) == 0
+    table = capsys.readouterr().out
+    assert "pack cache" in table and "1,254 bytes" in table and "20.0 GB" in table

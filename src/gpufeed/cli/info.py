@@ -1,4 +1,5 @@
-"""`gpufeed info`: what this machine is (CPU, RAM, the disk holding the data, accelerators, versions)."""
+"""`gpufeed info`: what this machine is (CPU, RAM, the disk holding the data, accelerators, versions), and gpufeed's
+pack cache (where, how big, how many packs, its limit)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from gpufeed.cli.output import add_json_flag, console, emit_json
+from gpufeed.cli.output import add_json_flag, console, emit_json, to_jsonable
+from gpufeed.cli.pack import decimal_bytes
+from gpufeed.data.pack.cache import CacheSummary, cache_summary
 from gpufeed.errors import GpufeedError
 from gpufeed.hardware.na import is_na
 from gpufeed.hardware.probe import MachineInfo, probe_machine
@@ -24,6 +27,8 @@ examples:
   gpufeed info --json machine.json              # the table, and the JSON saved to machine.json
 
 Readings that cannot be taken show as "NA (reason)" and are listed under "unmeasured" in the JSON.
+The cache is where gpufeed packs the built-in dataset and folders given to train ($GPUFEED_CACHE, default
+~/.cache/gpufeed); $GPUFEED_CACHE_LIMIT (default 50GB) bounds it.
 """
 
 SIMD_FIELDS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
@@ -36,7 +41,8 @@ def register(subparsers: Any) -> None:
         "info",
         help="show what this machine is: CPU, RAM, disk, accelerators, versions",
         description="Probe this machine: CPU (cores, SIMD, clocks), RAM, the disk holding the data,\n"
-                    "accelerators (memory, compute capability, PCIe link, power limit), software versions.",
+                    "accelerators (memory, compute capability, PCIe link, power limit), software versions,\n"
+                    "and gpufeed's pack cache.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -51,9 +57,11 @@ def run(args: argparse.Namespace) -> int:
         raise GpufeedError(f"--data {args.data} does not exist; "
                            "give the folder or file that holds the dataset")
     machine = probe_machine(args.data)
-    emit_json(machine, args.json)  # before the table, so a bad --json path fails with nothing printed
+    cache = cache_summary()
+    # before the table, so a bad --json path fails with nothing printed
+    emit_json({**to_jsonable(machine), "cache": to_jsonable(cache)}, args.json)
     if args.json != "-":
-        console.print(machine_table(machine))
+        console.print(machine_table(machine, cache))
     return 0
 
 
@@ -90,8 +98,8 @@ def _rows(part: Any) -> Iterator[tuple[str, str | Text]]:
             yield label.replace("_", " "), _format(field.name, getattr(part, field.name))
 
 
-def machine_table(machine: MachineInfo) -> Table:
-    """The probe as one two-column table, a section per part."""
+def machine_table(machine: MachineInfo, cache: CacheSummary | None = None) -> Table:
+    """The probe as one two-column table, a section per part; the pack cache last."""
     table = Table(title="gpufeed info", show_header=False, title_justify="left")
     table.add_column("item", style="bold")
     table.add_column("value")
@@ -116,4 +124,16 @@ def machine_table(machine: MachineInfo) -> Table:
     table.add_row(Text("software", style="bold cyan"), "")
     for label, value in _rows(machine.software):
         table.add_row(f"  {label}", value)
+    if cache is not None:
+        _cache_rows(table, cache)
     return table
+
+
+def _cache_rows(table: Table, cache: CacheSummary) -> None:
+    table.add_section()
+    table.add_row(Text("pack cache", style="bold cyan"), "")
+    table.add_row("  path", cache.path + ("" if cache.exists else " (not made yet)"))
+    table.add_row("  size", f"{decimal_bytes(cache.bytes)} ({cache.bytes:,} bytes)")
+    table.add_row("  packs", f"{cache.packs} ({cache.folder_packs} of folders)")
+    table.add_row("  limit", f"{decimal_bytes(cache.limit_bytes)} (GPUFEED_CACHE_LIMIT; the least recently used "
+                             f"packs of folders are removed past it)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from rich.progress import (
 from gpufeed.cli.output import add_json_flag, console, emit_json, error_console, to_jsonable
 from gpufeed.data.format.header import read_header
 from gpufeed.data.format.verify import verify_checksums
-from gpufeed.data.pack.result import PackResult
+from gpufeed.data.pack.result import PackResult, SkippedFile
 from gpufeed.data.pack.sources import pack
 from gpufeed.errors import ConfigError
 
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     options = {"size": args.size, "max_side": args.max_side, "encoding": args.encoding, "quality": args.quality,
                "channels": args.channels, "count": args.count, "split": args.split,
                "seed": args.seed, "strict": True if args.strict else None, "workers": args.workers}
-    with _progress_bar(f"packing {args.src}", in_bytes=False) as update:
+    with progress_bar(f"packing {args.src}", in_bytes=False) as update:
         result = pack(args.src, args.out, progress=update, **options)
     emit_json(result_json(result), args.json)
     if args.json != "-":
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _progress_bar(description: str, in_bytes: bool) -> Iterator[Any]:
+def progress_bar(description: str, in_bytes: bool) -> Iterator[Any]:
     """A rich progress bar on standard error (shown when it is a terminal); yields `update(done, total)`."""
     counts = (DownloadColumn(), TransferSpeedColumn()) if in_bytes else (MofNCompleteColumn(),)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), *counts, TimeElapsedColumn(),
@@ -138,6 +138,14 @@ def human_bytes(count: int) -> str:
     return f"{value:.1f} TiB"
 
 
+def decimal_bytes(count: int) -> str:
+    """Bytes in powers of 1000 (kB, MB, GB, TB), as sizes such as GPUFEED_CACHE_LIMIT=20GB are given."""
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
 def _say(text: str) -> None:
     console.print(text, markup=False, soft_wrap=True)
 
@@ -162,19 +170,25 @@ def _print_summary(result: PackResult) -> None:
     _say(f"  time          {result.seconds:.2f} s ({result.images_per_second:,.0f} images/s)")
     if result.resized or result.converted:
         _say(f"  resized       {result.resized:,}; mode converted {result.converted:,}")
-    if result.skipped:
-        _say(f"  skipped       {len(result.skipped):,} files:")
-        for skipped in result.skipped[:SKIPPED_SHOWN]:
-            _say(f"    {skipped.path}: {skipped.reason}")
-        if len(result.skipped) > SKIPPED_SHOWN:
-            _say(f"    ... and {len(result.skipped) - SKIPPED_SHOWN:,} more (--json PATH lists them all)")
+    print_skipped(result.skipped, _say)
+
+
+def print_skipped(skipped: Sequence[SkippedFile], say: Callable[[str], None],
+                  more: str = "--json PATH lists them all") -> None:
+    """The files a pack skipped, counted and named (the first SKIPPED_SHOWN), as `gpufeed pack` prints them."""
+    if skipped:
+        say(f"  skipped       {len(skipped):,} file{'s' if len(skipped) != 1 else ''}:")
+        for item in skipped[:SKIPPED_SHOWN]:
+            say(f"    {item.path}: {item.reason}")
+        if len(skipped) > SKIPPED_SHOWN:
+            say(f"    ... and {len(skipped) - SKIPPED_SHOWN:,} more ({more})")
 
 
 def _verify(path: str, json_path: str | None) -> int:
     started = time.perf_counter()
     header = read_header(path)
     total = header.checked_bytes
-    with _progress_bar(f"verifying {path}", in_bytes=True) as update:
+    with progress_bar(f"verifying {path}", in_bytes=True) as update:
         checked = verify_checksums(path, header, progress=lambda done: update(done, total))
     seconds = time.perf_counter() - started
     shape = list(header.max_shape) if header.is_fixed_size else None

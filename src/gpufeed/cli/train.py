@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -19,13 +20,23 @@ from gpufeed.cli.output import (
     emit_json,
     error_console,
 )
+from gpufeed.cli.pack import decimal_bytes, print_skipped, progress_bar
 from gpufeed.errors import ConfigError, Interrupted
 from gpufeed.train.config import TrainConfig
-from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult
+from gpufeed.train.events import (
+    FolderPacking,
+    FolderReady,
+    FolderWaiting,
+    RunComplete,
+    RunStarted,
+    StepLog,
+    TrainResult,
+)
 from gpufeed.train.outputs import read_contents
 
 EXAMPLES = """examples:
   gpufeed train                                   # the CNN on the built-in dataset, on the best device here
+  gpufeed train --data photos/train --val photos/val --image-size 224   # folders: packed once into the cache
   gpufeed train --model mlp --hidden 1024,512,256 --epochs 3
   gpufeed train --json run.json --html run.html   # the summary as JSON and a page with the step timeline
   gpufeed pack photos/ train.gpuf --size 64 64 && gpufeed train --data train.gpuf --val-fraction 0.1
@@ -36,6 +47,13 @@ EXAMPLES = """examples:
   torchrun --nproc_per_node 4 -m gpufeed train --data train.gpuf --batch-size 256     # 4 GPUs, DDP
   torchrun --nnodes 2 --node_rank R --nproc_per_node 8 --rdzv_backend c10d \\
            --rdzv_endpoint HOST0:29500 -m gpufeed train --data train.gpuf          # on each of 2 machines
+
+A folder (one subfolder of images per class) as --data or --val needs --image-size: it is packed on first use
+into $GPUFEED_CACHE (default ~/.cache/gpufeed) as JPEG (quality 90), longer side --max-side (default
+ceil(N / 0.875): 256 for 224), and reused while its files (paths, sizes, mtimes) and those options stay the same;
+under torchrun the first rank to take the folder's lock packs it and the others wait. The cache keeps to
+$GPUFEED_CACHE_LIMIT (default 50GB), removing the least recently used packs. --resume refuses a folder whose files
+changed since the run began.
 """
 
 
@@ -68,15 +86,20 @@ def register(subparsers) -> None:
                                                "included, with checkpoints and exact resume.",
                                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     # No defaults here: TrainConfig holds them, and an option left out is one a resumed run takes from the run.
-    parser.add_argument("--data", help="TRAIN.gpuf, or 'builtin' (default)")
-    parser.add_argument("--val", dest="validation", help="a packed validation set (same shape and classes)")
+    parser.add_argument("--data", help="TRAIN.gpuf, a folder of images (packed into the cache), or 'builtin' "
+                                       "(default)")
+    parser.add_argument("--val", dest="validation",
+                        help="a packed validation set or a folder (same shape and classes)")
     parser.add_argument("--val-fraction", dest="validation_fraction", type=float,
                         help="hold out this share of --data for validation (default 0.1 without --val)")
     parser.add_argument("--count", type=int, help="built-in data only: train on this many images (default 50000)")
     parser.add_argument("--model", help="mlp | cnn | resnet18 | resnet50 (default cnn)")
     parser.add_argument("--image-size", type=int, metavar="N",
                         help="train on N x N random-resized crops (validation: centre crops); needed when the "
-                             "packed images vary in size (gpufeed pack --max-side)")
+                             "packed images vary in size (gpufeed pack --max-side) and for a folder")
+    parser.add_argument("--max-side", type=int, metavar="N",
+                        help="a folder as --data or --val: pack it with its longer side at most N "
+                             "(default ceil(image size / 0.875))")
     parser.add_argument("--hidden", type=_hidden, help="MLP hidden sizes (default 512,256)")
     parser.add_argument("--width", type=int, help="CNN base width (default: the model's)")
     parser.add_argument("--epochs", type=int, help="passes over the data (default 5)")
@@ -109,9 +132,21 @@ class _Screen:
         self.out = error_console if quiet else console
         self.progress: Progress | None = None
         self.task = None
+        self.packing: contextlib.ExitStack | None = None  # the bar of a folder being packed
+        self.update_packing = None
 
     def __call__(self, event) -> None:
-        if isinstance(event, RunStarted):
+        if isinstance(event, FolderPacking):
+            if self.packing is None:
+                self.packing = contextlib.ExitStack()
+                self.update_packing = self.packing.enter_context(progress_bar(f"packing {event.folder}", False))
+            self.update_packing(event.done, event.total)
+        elif isinstance(event, FolderWaiting):
+            self._say(f"{event.folder}: another process is packing it (lock {event.lock}); waiting for it")
+        elif isinstance(event, FolderReady):
+            self._close_packing()
+            self._folder_ready(event)
+        elif isinstance(event, RunStarted):
             self._started(event)
         elif isinstance(event, StepLog) and self.progress is not None:
             busy = "" if event.device_busy_fraction is None else f" device busy {event.device_busy_fraction:.0%}"
@@ -145,7 +180,44 @@ class _Screen:
         self.task = self.progress.add_task("starting", total=event.total_steps)
         self.progress.start()
 
+    def _say(self, text: str) -> None:
+        self.out.print(text, markup=False, soft_wrap=True)
+
+    def _close_packing(self) -> None:
+        if self.packing is not None:
+            self.packing.close()
+            self.packing = None
+
+    def _folder_ready(self, event: FolderReady) -> None:
+        cached, result = event.cached, event.cached.result
+        more = f"gpufeed pack {event.folder} OUT.gpuf --json - lists them all"
+        if result is None and cached.waited_s > 0:  # this process waited: what the packing one saw is news here
+            self._say(f"{event.folder}: reused its pack {cached.path} (packed by another process while this one "
+                      f"waited; {cached.count:,} images, {decimal_bytes(cached.pack_bytes)})")
+            print_skipped(cached.skipped, self._say, more=more)
+        elif result is None:
+            count = len(cached.skipped)
+            skipped = f", {count:,} file{'s' if count != 1 else ''} skipped" if count else ""
+            self._say(f"{event.folder}: reused its pack {cached.path} (unchanged; {cached.count:,} images{skipped}, "
+                      f"{decimal_bytes(cached.pack_bytes)})")
+        else:
+            self._say(f"{event.folder}: packed {result.count:,} images into {cached.path} "
+                      f"({decimal_bytes(result.bytes_written)}, JPEG quality {result.quality}, longer side at most "
+                      f"{result.max_side}, {result.seconds:.1f} s)")
+            self._say("  later runs reuse it while the folder's files stay the same")
+            print_skipped(result.skipped, self._say, more=more)
+        limit = f"{decimal_bytes(cached.limit_bytes)} (GPUFEED_CACHE_LIMIT)"
+        if cached.removed:
+            self._say(f"  the cache was over its limit of {limit}: removed the least recently used")
+        for removed in cached.removed:
+            self._say(f"    {removed.path} ({removed.folder}, {decimal_bytes(removed.bytes)}, last used "
+                      f"{removed.last_used})")
+        if cached.cache_bytes > cached.limit_bytes:
+            self._say(f"  note: the cache holds {decimal_bytes(cached.cache_bytes)}, over its limit of {limit}; "
+                      f"the packs in use or being packed are kept")
+
     def close(self) -> None:
+        self._close_packing()
         if self.progress is not None:
             self.progress.stop()
             self.progress = None

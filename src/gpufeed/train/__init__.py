@@ -8,6 +8,7 @@ Modules:
 - config.py: TrainConfig, a frozen dataclass whose unknown keys are an error
 - models.py: mlp, cnn, resnet18 and resnet50 (v1.5) in plain torch, built for the data's shape and classes
 - inputs.py: the training and validation samples (a packed file or the cached built-in dataset), and the augments
+- folder_data.py: a folder given as --data or --val, packed into the cache on first use; the resume check
 - loop.py: train(config), the run resolved, the epochs, the evaluation and the result
 - evaluate.py: validation accuracy and mean loss over a feed, summed across ranks
 - events.py: what a run reports (RunStarted, StepLog, TrainResult) and its one-sentence verdict

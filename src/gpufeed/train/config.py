@@ -23,6 +23,7 @@ class TrainConfig:
     hidden: tuple[int, ...] = (512, 256)
     width: int | None = None
     image_size: int | None = None  # N x N crops (random-resized for training, centre for validation); None: as packed
+    max_side: int | None = None  # a folder as data: its pack's longer side; None: ceil(image_size / 0.875)
     epochs: int = 5
     batch_size: int | str = 256  # or "auto"
     learning_rate: float | None = None  # None: the model's default
@@ -64,6 +65,8 @@ class TrainConfig:
             raise ConfigError("--resume continues the run in --out and --overwrite replaces it; give one of them")
         if self.image_size is not None and (not isinstance(self.image_size, int) or self.image_size <= 0):
             raise ConfigError(f"--image-size must be a positive number of pixels, got {self.image_size!r}")
+        if self.max_side is not None and (not isinstance(self.max_side, int) or self.max_side <= 0):
+            raise ConfigError(f"--max-side must be a positive number of pixels, got {self.max_side!r}")
         if self.max_steps is not None and self.max_steps <= 0:
             raise ConfigError(f"max_steps must be positive, got {self.max_steps}")
 

@@ -9,7 +9,37 @@ from dataclasses import dataclass
 
 import torch
 
+from gpufeed.data.pack.cache import CachedPack
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH, MIN_STEPS_PER_EPOCH
+
+
+@dataclass(frozen=True)
+class FolderPacking:
+    """A folder given as --data (`role` "data") or --val ("validation") being packed into the cache: `done` of
+    `total` files."""
+
+    role: str
+    folder: str
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class FolderWaiting:
+    """Another process holds the folder's lock (it is packing it): this one waits, then reads its pack."""
+
+    role: str
+    folder: str
+    lock: str
+
+
+@dataclass(frozen=True)
+class FolderReady:
+    """The folder's pack in the cache, packed now or reused, and what the cache's bound removed."""
+
+    role: str
+    folder: str
+    cached: CachedPack
 
 
 @dataclass(frozen=True)

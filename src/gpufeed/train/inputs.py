@@ -1,17 +1,17 @@
 """Where training and validation samples come from: a packed file, or the built-in dataset (packed once into a
-cache folder, then memory-mapped like any other), and a held-out validation share when no --val is given."""
+cache folder, then memory-mapped like any other), and a held-out validation share when no --val is given. A folder
+given as --data or --val arrives here as its pack in the cache (folder_data.py)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from gpufeed.data.format.header import read_header
 from gpufeed.data.format.reader import PackedDataset, dataset_from_arrays, open_packed
 from gpufeed.data.pack import builtin
+from gpufeed.data.pack.cache import cache_folder
 from gpufeed.errors import ConfigError, FormatError
 
 DEFAULT_VALIDATION_FRACTION = 0.1
@@ -24,14 +24,6 @@ class TrainingData:
     validation: PackedDataset
     validation_indices: np.ndarray | None
     description: str
-
-
-def cache_folder() -> Path:
-    """$GPUFEED_CACHE, else $XDG_CACHE_HOME/gpufeed, else ~/.cache/gpufeed."""
-    if os.environ.get("GPUFEED_CACHE"):
-        return Path(os.environ["GPUFEED_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "gpufeed"
 
 
 def open_builtin(split: str, count: int, seed: int = 0) -> PackedDataset:
@@ -76,8 +68,10 @@ def _check_compatible(train: PackedDataset, validation: PackedDataset, where: st
 
 
 def open_training_data(data: str, validation: str | None = None, validation_fraction: float | None = None,
-                       seed: int = 0, count: int | None = None) -> TrainingData:
-    """Resolve --data, --val, --val-fraction (and --count for the built-in set)."""
+                       seed: int = 0, count: int | None = None, data_label: str | None = None,
+                       validation_label: str | None = None) -> TrainingData:
+    """Resolve --data, --val, --val-fraction (and --count for the built-in set); the labels name the data in the
+    description when it is not its path (a folder, for its pack in the cache)."""
     if validation is not None and validation_fraction is not None:
         raise ConfigError("give either --val or --val-fraction, not both")
     if data == "builtin":
@@ -93,12 +87,13 @@ def open_training_data(data: str, validation: str | None = None, validation_frac
         train = open_packed(data)
     if validation is not None:
         held = open_packed(validation)
-        _check_compatible(train, held, validation)
-        return TrainingData(train, None, held, None, f"{data} ({len(train)}), validation {validation} ({len(held)})")
+        _check_compatible(train, held, validation_label or validation)
+        return TrainingData(train, None, held, None, f"{data_label or data} ({len(train)}), validation "
+                                                     f"{validation_label or validation} ({len(held)})")
     fraction = DEFAULT_VALIDATION_FRACTION if validation_fraction is None else validation_fraction
     train_indices, held_indices = _split(len(train), fraction, seed)
-    return TrainingData(train, train_indices, train, held_indices,
-                        f"{data}: {len(train_indices)} train, {len(held_indices)} held out ({fraction:.0%})")
+    described = f"{data_label or data}: {len(train_indices)} train, {len(held_indices)} held out ({fraction:.0%})"
+    return TrainingData(train, train_indices, train, held_indices, described)
 
 
 @dataclass(frozen=True)

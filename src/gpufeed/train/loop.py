@@ -25,6 +25,7 @@ from gpufeed.train.checkpoint import capture_rng, restore_rng, save_checkpoint
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.evaluate import evaluate
 from gpufeed.train.events import RunComplete, RunStarted, StepLog, TrainResult, peak_memory_bytes, verdict
+from gpufeed.train.folder_data import FolderInputs, resolve_folders
 from gpufeed.train.inputs import choose_augments, open_training_data
 from gpufeed.train.interrupt import StopSignals
 from gpufeed.train.models import build_model, parameter_count
@@ -68,6 +69,7 @@ class _Run:
     last_checkpoint: str | None = None
     last_checkpoint_step: int | None = None
     data_description: str = ""  # where the training and validation samples came from, with their counts
+    folder_keys: dict = field(default_factory=dict)  # a folder's cache key by role, for exact resume
 
 
 def train(config: TrainConfig, on_event: Callable[[object], None] | None = None) -> TrainResult | RunComplete:
@@ -94,11 +96,23 @@ def _start(config: TrainConfig, context: distributed.DistributedContext, signals
     if start.complete:
         return RunComplete(out=str(config.out), steps=int(start.state["step"]), total_steps=start.total_steps,
                            checkpoint=str(start.checkpoint))
-    run = _prepare(start, context)
+    inputs = resolve_folders(start.config, (start.state or {}).get("folder_keys"), notify,
+                             stop_asked=lambda: signals.received is not None)
+    try:
+        return _started(start, inputs, context, signals, notify)
+    finally:
+        inputs.release()
+
+
+def _started(start: RunStart, inputs: FolderInputs, context: distributed.DistributedContext, signals: StopSignals,
+             notify) -> TrainResult:
+    config = start.config
+    run = _prepare(start, inputs, context)
     run.signals = signals
+    shown = config.data if inputs.keys.get("data") else run.feed.dataset.path and str(run.feed.dataset.path)
     notify(RunStarted(config=run.config.to_dict(), device=str(context.device), precision=run.precision.name,
                       precision_reason=run.precision.reason, parameters=parameter_count(run.model),
-                      data=run.feed.dataset.path and str(run.feed.dataset.path) or config.data,
+                      data=shown or config.data,
                       train_samples=run.feed.count, validation_samples=run.validation.count,
                       world_size=context.world_size, effective_batch_size=run.feed.batch_size * context.world_size,
                       total_steps=run.total_steps, resumed_from=run.resumed_from,
@@ -108,11 +122,12 @@ def _start(config: TrainConfig, context: distributed.DistributedContext, signals
     return _train_and_evaluate(run, notify)
 
 
-def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
+def _prepare(start: RunStart, inputs: FolderInputs, context: distributed.DistributedContext) -> _Run:
     config, saved = start.config, start.state  # a resumed run's config holds what its `auto` chose
     device = context.device
     torch.manual_seed(config.seed)
-    data = open_training_data(config.data, config.validation, config.validation_fraction, config.seed, config.count)
+    data = open_training_data(inputs.data, inputs.validation, config.validation_fraction, config.seed, config.count,
+                              data_label=inputs.labels.get("data"), validation_label=inputs.labels.get("validation"))
     augments = choose_augments(data, config.image_size)
     sample_shape = augments.sample_shape
     classes = len(data.train.classes)
@@ -145,7 +160,7 @@ def _prepare(start: RunStart, context: distributed.DistributedContext) -> _Run:
     run = _Run(config, context, model, trained, optimizer, scaler, precision, step, feed, validation,
                total_steps, files, skipped_checkpoints=list(start.skipped),
                notes=tuple(dict.fromkeys(note for note in (batch_note, *feed.notes, *validation.notes) if note)),
-               data_description=data.description)
+               data_description=data.description, folder_keys=dict(inputs.keys))
     if saved is not None:
         _restore(run, saved)
         run.resumed_from = str(start.checkpoint)
@@ -174,7 +189,7 @@ def _checkpoint(run: _Run) -> None:
     state = {"format": 1, "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(),
              "scaler": run.scaler.state_dict() if run.scaler is not None else None, "rng": capture_rng(),
              "feed": run.feed.state_dict(), "step": run.step, "epoch": run.feed.epoch, "config": config,
-             "precision_reason": run.precision.reason}
+             "precision_reason": run.precision.reason, "folder_keys": dict(run.folder_keys)}
     run.last_checkpoint = str(save_checkpoint(run.files.checkpoints, run.step, state))
     run.last_checkpoint_step = run.step
     distributed.barrier(run.context)

@@ -23,8 +23,8 @@ from gpufeed.train.config import TrainConfig
 from gpufeed.train.outputs import FolderContents, read_contents, remove_run
 
 # What was trained: a resumed run must keep these (image_size is checked where TrainConfig has it).
-FIXED_KEYS = ("data", "validation", "validation_fraction", "count", "seed", "image_size", "model", "hidden", "width",
-              "batch_size", "precision")
+FIXED_KEYS = ("data", "validation", "validation_fraction", "count", "seed", "image_size", "max_side", "model",
+              "hidden", "width", "batch_size", "precision")
 MACHINE_KEYS = ("device", "workers", "compile")  # where it runs now: always this command line's
 FOLDER_KEYS = ("out", "resume", "overwrite", "explicit")  # about this command, not the run
 FLAGS = {"validation": "--val", "validation_fraction": "--val-fraction", "learning_rate": "--lr"}
