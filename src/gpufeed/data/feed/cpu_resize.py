@@ -30,7 +30,11 @@ simplejpeg 1.9 / libjpeg-turbo, Pillow 13, OpenCV 5.0 headless; median of 80-100
   600x500, 0.77 from 1200x1000; Pillow BILINEAR 3-5x slower; OpenCV INTER_AREA (its antialiased filter)
   3.5-4.5x slower for these non-integer ratios, and INTER_LINEAR does not antialias.
 `benchmarks/feed_jpeg.py` times each stage on photos packed at max side 256 (RESULTS.md): there decoding
-takes about half of an image's time, resizing and flipping a quarter, the float conversion the rest.
+takes about half of an image's time, resizing and flipping a quarter, the float conversion the rest. Its
+`alternatives()` measured what issue 21 proposed and found no gain worth taking (RESULTS.md, 2026-12-02):
+nvImageCodec's CPU backend decoding only the crop's box (233 against 238 us: at max side 256 the box spans most
+iMCU rows, and every row above it is still entropy-decoded), OpenCV's INTER_LINEAR (faster by a third but not
+antialiased when shrinking) and INTER_AREA, and pyvips (its per-call set-up dominates at this size).
 """
 
 from __future__ import annotations
