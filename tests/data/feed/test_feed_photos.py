@@ -66,6 +66,27 @@ def test_flips_happen_only_with_the_flip_augment(tmp_path):
 
 
 @pytest.mark.parametrize("encoding", ["raw", "jpeg"])
+def test_bfloat16_batches_are_the_normalised_pixels_rounded_to_bfloat16(tmp_path, encoding):
+    """dtype=torch.bfloat16 (train's bf16 on the CPU, benchmarks/feed_jpeg.py's bf16 line): the same crops as
+    float32, each value within bfloat16's rounding of x * scale + shift computed in float64 from the same uint8
+    pixels: 8 significant bits, so half an ulp (2^-8 relative) for each of the constants, the product, the sum."""
+    dataset, _ = photo_dataset(tmp_path / "photos.gpuf", varied_sizes(24, seed=4, low=40, high=120), encoding)
+    options = dict(device="cpu", seed=2, augment="random-resized-crop", image_size=32, workers=2)
+    pixels = Feed(dataset, 8, normalize=False, **options)
+    halves = Feed(dataset, 8, dtype=torch.bfloat16, **options)
+    mean, std = torch.tensor(dataset.mean, dtype=torch.float64), torch.tensor(dataset.std, dtype=torch.float64)
+    scale, shift = (1 / std.clamp_min(1e-3)).view(1, 3, 1, 1), (-mean / std.clamp_min(1e-3)).view(1, 3, 1, 1)
+    for (plain, labels), (half, half_labels) in zip(pixels, halves, strict=True):
+        assert half.dtype == torch.bfloat16 and half.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(labels, half_labels)
+        x = (plain.double() * 255).round()  # the uint8 pixels
+        exact = x * scale + shift
+        bound = 2.0 ** -8 * (3 * (x * scale).abs() + 2 * shift.abs() + exact.abs()) + 1e-12
+        assert ((half.double() - exact).abs() <= bound).all()
+        assert (half.double() - exact).abs().max() > 0  # it is bfloat16, not float32 relabelled
+
+
+@pytest.mark.parametrize("encoding", ["raw", "jpeg"])
 def test_two_ranks_equal_one_process_with_twice_the_batch(tmp_path, encoding):
     dataset, _ = photo_dataset(tmp_path / "photos.gpuf", varied_sizes(40, seed=2, low=60, high=200), encoding)
     options = dict(device="cpu", seed=11, augment="random-resized-crop", image_size=(24, 28), workers=2)
