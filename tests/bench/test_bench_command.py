@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import statistics
 
 import pytest
 
@@ -33,6 +34,10 @@ def test_json_has_the_documented_shape(capsys, small):
     kernel = document["kernels"][0]
     for key in ("op", "device", "precision", "size", "seconds_median", "tflops", "fraction_of_peak"):
         assert key in kernel
+    for figure in document["kernels"] + document["train_steps"]:  # every repeat, as a JSON list
+        assert isinstance(figure["seconds"], list) and len(figure["seconds"]) == figure["runs"]
+        assert (statistics.median(figure["seconds"]), min(figure["seconds"]), max(figure["seconds"])) == (
+            figure["seconds_median"], figure["seconds_min"], figure["seconds_max"])
     matmuls = [k for k in document["kernels"] if k["op"] == "matmul"]
     assert [k["flops"] for k in matmuls] == [2 * 64**3, 2 * 128**3]
     assert document["peaks"]["cpu"]["tf32"] is None and "TF32" in document["peak_derivations"]["cpu"]["tf32"]

@@ -1,5 +1,7 @@
 """Kernel FLOPs against hand arithmetic, the CPU sweep's results and its `unmeasured` lines."""
 
+import statistics
+
 import pytest
 import torch
 
@@ -45,6 +47,9 @@ def test_cpu_sweep_results_and_unmeasured():
         assert (result.op, result.device, result.runs, result.tf32_matmul, result.tf32_cudnn) == (
             "matmul", "cpu", 3, None, None)
         assert 0 < result.seconds_min <= result.seconds_median <= result.seconds_max
+        assert len(result.seconds) == result.runs  # every repeat, the figures computed from them
+        assert (statistics.median(result.seconds), min(result.seconds), max(result.seconds)) == (
+            result.seconds_median, result.seconds_min, result.seconds_max)
         assert 0 < result.tflops < 1000
         assert result.tflops == pytest.approx(result.flops / result.seconds_median / 1e12)
         expected_fraction = result.tflops / 1.0 if result.precision == "fp32" else None

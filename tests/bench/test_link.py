@@ -1,6 +1,8 @@
 """The host-device link: advice on synthetic results, the CPU's answer, NVML's link readings, and a real measurement
 on a CUDA GPU (skipped without one). The PCIe figures themselves are tests/hardware/test_pcie.py's."""
 
+import statistics
+
 import pytest
 import torch
 
@@ -89,6 +91,7 @@ def test_measure_link_on_cuda():
                      ("device_to_host", True)}
     for result in results:
         assert result.bytes == 16 * MIB and result.runs == 3 and 0.1 < result.gb_per_s < 1000
+        assert len(result.seconds) == 3 and result.gb_per_s == result.bytes / statistics.median(result.seconds) / 1e9
         if result.theoretical_gb_per_s is None:
             assert any("theoretical" in line for line in unmeasured)
         else:

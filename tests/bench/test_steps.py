@@ -1,6 +1,7 @@
 """Training-step benchmark and precision runs, on the CPU (a CUDA check skips without a GPU)."""
 
 import math
+import statistics
 
 import pytest
 import torch
@@ -22,6 +23,9 @@ def test_step_benchmark_cpu_fp32_and_bf16():
         assert result.samples_per_s > 0
         assert result.samples_per_s == 32 / result.seconds_median
         assert 0 < result.seconds_min <= result.seconds_median <= result.seconds_max
+        assert len(result.seconds) == result.runs  # every repeat, the figures computed from them
+        assert (statistics.median(result.seconds), min(result.seconds), max(result.seconds)) == (
+            result.seconds_median, result.seconds_min, result.seconds_max)
     fp32, bf16 = by_precision["fp32"], by_precision["bf16"]
     assert fp32.speedup_vs_cpu_fp32 == 1.0
     assert bf16.speedup_vs_cpu_fp32 == pytest.approx(bf16.samples_per_s / fp32.samples_per_s, rel=1e-12)

@@ -58,13 +58,38 @@ def test_document_of_a_command_without_a_page(capsys: pytest.CaptureFixture[str]
     assert "`gpufeed pack`" in err and str(source) in err
 
 
-def test_another_format_version_says_which_is_read(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_a_newer_format_says_to_upgrade(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     document = fixture("plan")
-    document["about"]["format"] = 99
+    document["about"].update(format=3, gpufeed="9.9")
     source = write_json(tmp_path / "future.json", document)
     assert main(["report", str(source)]) == 2
+    assert one_error_line(capsys).rstrip("\n") == (
+        f"error: {source} is report format 3 (gpufeed 9.9), newer than this gpufeed reads (1 and 2): upgrade "
+        f"gpufeed (pip install -U gpufeed) or use the version that wrote it")
+
+
+@pytest.mark.parametrize("value", ["2", 0, None, True, 2.0], ids=["string", "zero", "missing", "bool", "float"])
+def test_a_format_that_no_gpufeed_wrote_says_which_are_read(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                           value: object) -> None:
+    document = fixture("plan")
+    if value is None:
+        del document["about"]["format"]
+    else:
+        document["about"]["format"] = value
+    source = write_json(tmp_path / "odd.json", document)
+    assert main(["report", str(source)]) == 2
     err = one_error_line(capsys)
-    assert "format 99" in err and "reads format 1" in err
+    assert f"is report format {value!r}" in err and "reads format 1 and 2:" in err and "upgrade" not in err
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_formats_1_and_2_make_a_page(tmp_path: Path, version: int) -> None:
+    document = fixture("doctor")  # a format-1 document: no per-step forward/optimizer/backward keys
+    assert document["about"]["format"] == 1
+    document["about"]["format"] = version
+    source = write_json(tmp_path / "run.json", document)
+    assert main(["report", str(source)]) == 0
+    assert source.with_suffix(".html").stat().st_size > 0
 
 
 @pytest.mark.parametrize("value", [{"steps": 3}, [1, 2, 3], "text", None, {"about": "train"}],

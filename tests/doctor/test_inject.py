@@ -50,7 +50,7 @@ def patched_state() -> dict:
             "fetch": fetch._MapDatasetFetcher.__dict__.get("fetch"),
             "iter": dataloader.DataLoader.__dict__.get("__iter__"),
             "hooks": (len(module._global_forward_pre_hooks), len(module._global_forward_hooks),
-                      len(optimizer._global_optimizer_post_hooks)),
+                      len(optimizer._global_optimizer_pre_hooks), len(optimizer._global_optimizer_post_hooks)),
             "signal": signal.getsignal(signal.SIGUSR1), "showwarning": warnings.showwarning,
             "filters": list(warnings.filters), "argv": list(sys.argv), "path": list(sys.path),
             "cwd": os.getcwd(), "threads": torch.get_num_threads()}

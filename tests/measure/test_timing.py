@@ -1,5 +1,6 @@
 """The timing harness: known sleeps, call counts, the min_seconds bound, and CUDA events where there is a GPU."""
 
+import statistics
 import time
 
 import pytest
@@ -21,10 +22,26 @@ def test_warmup_and_timed_calls_are_all_made():
     assert len(calls) == 7 and timing.runs == 4
 
 
+def test_every_timed_call_is_kept_in_the_order_run():
+    calls = []
+
+    def slower_each_time():  # call i (from 0) sleeps i ms: the warm-up calls are 0 and 1, the timed ones 2 to 6
+        time.sleep(len(calls) / 1000)
+        calls.append(1)
+
+    timing = time_call(slower_each_time, "cpu", warmup=2, repeats=5)
+    assert len(timing.seconds) == timing.runs == 5
+    assert all(later > earlier for earlier, later in zip(timing.seconds, timing.seconds[1:], strict=False))  # in order
+    assert timing.seconds[0] >= 0.002
+    assert (statistics.median(timing.seconds), min(timing.seconds), max(timing.seconds)) == (
+        timing.median_s, timing.min_s, timing.max_s)
+
+
 def test_min_seconds_keeps_timing_until_enough_time_has_passed():
     timing = time_call(lambda: time.sleep(0.005), "cpu", warmup=0, repeats=2, min_seconds=0.05)
     assert timing.runs >= 4 and timing.runs % 2 == 0  # whole rounds of `repeats`
     assert timing.runs * timing.max_s >= 0.05
+    assert len(timing.seconds) == timing.runs and sum(timing.seconds) >= 0.05  # every round's calls kept
 
 
 def test_min_seconds_is_bounded_by_max_runs():

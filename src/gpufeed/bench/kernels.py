@@ -119,7 +119,8 @@ def _measure(op: str, device: torch.device, precision: str, size: str, call: Cal
     return KernelResult(op=op, device=label, precision=precision, size=size, flops=flops,
                         seconds_median=timing.median_s, seconds_min=timing.min_s, seconds_max=timing.max_s,
                         runs=timing.runs, tflops=tflops, fraction_of_peak=_fraction(peaks, label, precision, tflops),
-                        tf32_matmul=tf32_matmul, tf32_cudnn=tf32_cudnn, spread=timing.spread)
+                        tf32_matmul=tf32_matmul, tf32_cudnn=tf32_cudnn, spread=timing.spread,
+                        seconds=timing.seconds)
 
 
 def _random(shape: tuple[int, ...], precision: str, device: torch.device, seed: int = 0) -> torch.Tensor:

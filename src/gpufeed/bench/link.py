@@ -61,14 +61,14 @@ def _copy_buffers(device: torch.device, size: int, pinned: bool) -> tuple[torch.
 
 
 def _time_copies(device: torch.device, size: int, pinned: bool, repeats: int,
-                 reading: LinkReading) -> list[tuple[str, float, int]]:
-    """(direction, GB/s, runs) for both directions from one host buffer."""
+                 reading: LinkReading) -> list[tuple[str, float, int, tuple[float, ...]]]:
+    """(direction, GB/s, runs, each copy's seconds) for both directions from one host buffer."""
     host, on_device = _copy_buffers(device, size, pinned)
     measured = []
     for direction, source, target in (("host_to_device", host, on_device), ("device_to_host", on_device, host)):
         timing = time_call(lambda s=source, t=target: t.copy_(s, non_blocking=pinned), device, repeats=repeats)
         reading.read()  # right after the copies, while the link is still at speed
-        measured.append((direction, size / timing.median_s / 1e9, timing.runs))
+        measured.append((direction, size / timing.median_s / 1e9, timing.runs, timing.seconds))
     return measured
 
 
@@ -87,7 +87,7 @@ def measure_link(device: torch.device | str, sizes_bytes: Sequence[int] = (64 * 
     if device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     reading = LinkReading(nvml_index_for_cuda(device.index))
-    measured: list[tuple[str, bool, int, float, int]] = []
+    measured: list[tuple[str, bool, int, float, int, tuple[float, ...]]] = []
     unmeasured: list[str] = []
     for size in sizes_bytes:
         for pinned in (False, True):
@@ -98,12 +98,14 @@ def measure_link(device: torch.device | str, sizes_bytes: Sequence[int] = (64 * 
                 unmeasured.append(f"host-device link, {memory}, {size} bytes: {str(error).splitlines()[0]}")
                 torch.cuda.empty_cache()
                 continue
-            measured += [(direction, pinned, int(size), gb_per_s, runs) for direction, gb_per_s, runs in copies]
+            measured += [(direction, pinned, int(size), gb_per_s, runs, seconds)
+                         for direction, gb_per_s, runs, seconds in copies]
     theoretical, why = reading.theoretical()
     if why is not None:
         unmeasured.append(why)
     results = [LinkResult(direction=direction, pinned=pinned, bytes=size, gb_per_s=gb_per_s, runs=runs,
-                          theoretical_gb_per_s=theoretical) for direction, pinned, size, gb_per_s, runs in measured]
+                          theoretical_gb_per_s=theoretical, seconds=seconds)
+               for direction, pinned, size, gb_per_s, runs, seconds in measured]
     return results, unmeasured
 
 

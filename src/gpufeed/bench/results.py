@@ -28,6 +28,7 @@ class KernelResult:
     tf32_matmul: bool | None  # torch.backends.cuda.matmul.allow_tf32 during the run (None on the CPU)
     tf32_cudnn: bool | None  # torch.backends.cudnn.allow_tf32 during the run (None on the CPU)
     spread: float | None = None  # slowest / fastest repeat (measure.timing.spread), as every view prints it
+    seconds: tuple[float, ...] = ()  # every timed repeat, in the order run: what the median, min and max are of
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class TrainStepResult:
     runs: int
     speedup_vs_cpu_fp32: float | None  # this figure / the CPU's fp32 figure for the same model and batch
     spread: float | None = None  # slowest / fastest repeat (measure.timing.spread)
+    seconds: tuple[float, ...] = ()  # every timed step, in the order run: what the median, min and max are of
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class LinkResult:
     gb_per_s: float  # 1e9 bytes per second, median
     runs: int
     theoretical_gb_per_s: float | None  # from the PCIe generation and width NVML reports
+    seconds: tuple[float, ...] = ()  # every timed copy, in the order run (gb_per_s = bytes / their median / 1e9)
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ def _time_step(model_name: str, device: torch.device, precision: str, batch_size
     return TrainStepResult(model=model_name, device=str(device), precision=precision, batch_size=batch_size,
                            samples_per_s=batch_size / timing.median_s, seconds_median=timing.median_s,
                            seconds_min=timing.min_s, seconds_max=timing.max_s, runs=timing.runs,
-                           speedup_vs_cpu_fp32=None, spread=timing.spread)
+                           speedup_vs_cpu_fp32=None, spread=timing.spread, seconds=timing.seconds)
 
 
 def _with_speedups(results: list[TrainStepResult]) -> list[TrainStepResult]:

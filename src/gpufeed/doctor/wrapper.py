@@ -1,5 +1,8 @@
 """`gpufeed.watch()` and the `WatchedLoop` it returns: an iterable wrapper and a context manager around one
-`Watcher` (observe/watch.py), with the doctor's instrumentation (observe/hooks.py) installed while it runs."""
+`Watcher` (observe/watch.py), with the doctor's instrumentation (observe/hooks.py) installed while it runs. Its
+records split each step's compute as the doctor's do (observe/parts.py: `forward_s`, `optimizer_s`, `backward_s`),
+the model being the first module called with grad enabled inside the watch; a step that began before that call
+holds None for `forward_s` and `backward_s`."""
 
 from __future__ import annotations
 

@@ -52,6 +52,14 @@ class StepRecord:
     # a profiled window after the watched steps instead: gpufeed.doctor.observe.profile)
     loader_split: LoaderSplit | None = None  # the step's training batches' loader time by part (the doctor's
     # DataLoader instrumentation, gpufeed.doctor.observe.loader_split); None: none of its batches was timed inside
+    # The step's compute split on the host clock (the doctor's gpufeed.doctor.observe.parts; on CUDA kernels run
+    # asynchronously, so these are the host's time in each part, not the device's):
+    forward_s: float | None = None  # inside the forward of the step's model (its first outermost module called
+    # with grad enabled), summed over the step's calls of it; forwards under torch.no_grad (validation) left out
+    optimizer_s: float | None = None  # inside the optimizer.step() calls that began in the step, all optimizers
+    backward_s: float | None = None  # the rest of the step's compute: wall_s - data_wait_s - copy_s - sync_s -
+    # forward_s - optimizer_s, at least 0: the loss, the backward pass, zero_grad and the loop's own Python (a
+    # validation forward too); None when forward_s or optimizer_s is
 
 
 @dataclass(frozen=True)
@@ -73,3 +81,12 @@ class HostSample:
     sm_activity_percent: float | None = None  # SMs busy; a lone small kernel reads low, not 100%
     sm_occupancy_percent: float | None = None  # resident warps over the SMs' maximum
     tensor_activity_percent: float | None = None  # share of time the SMs ran any tensor-core instruction
+
+
+def backward_seconds(wall_s: float, data_wait_s: float, copy_s: float, sync_s: float, forward_s: float | None,
+                     optimizer_s: float | None) -> float | None:
+    """A StepRecord's `backward_s`: the step's wall time less its data wait, copies, host waits, model forward
+    and optimizer steps, at least 0; None when the forward or the optimizer steps were not timed."""
+    if forward_s is None or optimizer_s is None:
+        return None
+    return max(0.0, wall_s - data_wait_s - copy_s - sync_s - forward_s - optimizer_s)

@@ -33,7 +33,8 @@ def spread(min_s: float, max_s: float) -> float | None:
 
 @dataclass(frozen=True)
 class Timing:
-    """Seconds per call: median, min and max over `runs` timed calls after `warmup` untimed ones."""
+    """Seconds per call: median, min and max over `runs` timed calls after `warmup` untimed ones, and `seconds`,
+    each timed call's, in the order they ran (what the median, min and max are of)."""
 
     median_s: float
     min_s: float
@@ -41,6 +42,7 @@ class Timing:
     runs: int
     warmup: int
     method: str  # "cuda events" or "wall clock (perf_counter)"
+    seconds: tuple[float, ...] = ()
 
     @property
     def spread(self) -> float | None:
@@ -87,7 +89,7 @@ def time_call(fn: Callable[[], Any], device: torch.device | str, warmup: int = 3
               min_seconds: float = 0.0, max_runs: int = 1000) -> Timing:
     """Time `fn()` on `device`: `warmup` untimed calls, then at least `repeats` timed calls, and more (in rounds of
     `repeats`, at most `max_runs` in all) until the timed calls add up to `min_seconds`. Median, min and max in
-    seconds per call; `method` says which clock was read."""
+    seconds per call, and every timed call's (`seconds`); `method` says which clock was read."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     device = torch.device(device)
@@ -99,7 +101,8 @@ def time_call(fn: Callable[[], Any], device: torch.device | str, warmup: int = 3
     while not seconds or (sum(seconds) < min_seconds and len(seconds) < max_runs):
         seconds += timed_round(fn, device, min(repeats, max(1, max_runs - len(seconds))))
     return Timing(median_s=statistics.median(seconds), min_s=min(seconds), max_s=max(seconds), runs=len(seconds),
-                  warmup=warmup, method=CUDA_METHOD if device.type == "cuda" else WALL_CLOCK_METHOD)
+                  warmup=warmup, method=CUDA_METHOD if device.type == "cuda" else WALL_CLOCK_METHOD,
+                  seconds=tuple(seconds))
 
 
 class DeviceBusyTimer:
@@ -139,10 +142,11 @@ class DeviceBusyTimer:
 
 
 class Stopwatch:
-    """Wall-clock seconds accumulated over `with stopwatch:` blocks (perf_counter)."""
+    """Wall-clock seconds accumulated over `with stopwatch:` blocks (perf_counter); `last_s`, the latest block's."""
 
     def __init__(self):
         self.total_s = 0.0
+        self.last_s = 0.0
         self._start = 0.0
 
     def __enter__(self) -> Stopwatch:
@@ -150,7 +154,8 @@ class Stopwatch:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.total_s += time.perf_counter() - self._start
+        self.last_s = time.perf_counter() - self._start
+        self.total_s += self.last_s
 
     def take(self) -> float:
         """Return the accumulated seconds and reset to zero."""

@@ -18,11 +18,13 @@ from typing import Any
 
 from gpufeed.errors import ConfigError
 
-FORMAT = 1  # raised when a page can no longer read an older document
-PAGE_COMMANDS = ("train", "doctor", "bench", "plan")
+FORMAT = 2  # what this version writes; raised when a document gains keys a reader needs (2: the samples)
+READABLE_FORMATS = (1, 2)  # what it reads: format 1 lacks format 2's samples, and its pages are made all the same
+PAGE_COMMANDS = ("train", "doctor", "bench", "plan", "compare")
 # Keys only that command's body has: a body without them was written by another command (or edited).
 BODY_KEYS = {"train": ("model", "config", "samples_per_s"), "doctor": ("verdict", "findings"),
-             "bench": ("settings", "kernels"), "plan": ("request", "memory", "gpus")}
+             "bench": ("settings", "kernels"), "plan": ("request", "memory", "gpus"),
+             "compare": ("headline", "figures", "method")}
 # Keys renamed within format 1, old name -> current: documents saved before still make their page
 # (`current_names`). Train's result and each of bench's precision runs carry them.
 RENAMED_KEYS = {"test_accuracy": "validation_accuracy", "test_loss": "validation_loss"}
@@ -104,9 +106,14 @@ def check_document(document: object, name: str = "the document") -> dict:
     if command not in PAGE_COMMANDS:
         raise ConfigError(f"{name} was written by `gpufeed {command}`, which has no page; pages exist for "
                           f"{', '.join(PAGE_COMMANDS)}")
-    if version != FORMAT:
-        raise ConfigError(f"{name} is report format {version!r} (gpufeed {block.get('gpufeed', '?')}); this gpufeed "
-                          f"reads format {FORMAT}: use the gpufeed version that wrote it, or run the command again")
+    writer, whole = block.get("gpufeed", "?"), isinstance(version, int) and not isinstance(version, bool)
+    if whole and version > max(READABLE_FORMATS):
+        raise ConfigError(f"{name} is report format {version} (gpufeed {writer}), newer than this gpufeed reads "
+                          f"({_formats_text()}): upgrade gpufeed (pip install -U gpufeed) or use the version that "
+                          f"wrote it")
+    if not whole or version not in READABLE_FORMATS:  # missing, a string, 0: not a format any gpufeed wrote
+        raise ConfigError(f"{name} is report format {version!r} (gpufeed {writer}); this gpufeed reads format "
+                          f"{_formats_text()}: use the gpufeed version that wrote it, or run the command again")
     if not all(key in document for key in BODY_KEYS[command]):
         like = [other for other, keys in BODY_KEYS.items() if other != command and all(key in document for key in keys)]
         looks = f"; its body is a {like[0]} result" if like else ""
@@ -114,6 +121,12 @@ def check_document(document: object, name: str = "the document") -> dict:
                           f"({', '.join(key for key in BODY_KEYS[command] if key not in document)}){looks}: was its "
                           f"about.command edited? write it again with `gpufeed {command} --json`")
     return current_names(document)
+
+
+def _formats_text() -> str:
+    """READABLE_FORMATS in words: "1 and 2"."""
+    *earlier, last = map(str, READABLE_FORMATS)
+    return f"{', '.join(earlier)} and {last}" if earlier else last
 
 
 def render(document: dict) -> str:
@@ -126,6 +139,8 @@ def render(document: dict) -> str:
         from gpufeed.report.doctor_page import doctor_page as build
     elif command == "bench":
         from gpufeed.report.bench_page import bench_page as build
+    elif command == "compare":
+        from gpufeed.report.compare_page import compare_page as build
     else:
         from gpufeed.report.plan_page import plan_page as build
     from gpufeed.report.html import chart_style

@@ -125,6 +125,12 @@ class TrainResult:
     train_samples: int | None = None  # samples an epoch covers (all ranks); None in documents before it
     validation_samples: int | None = None
     data_description: str | None = None  # where both came from: "built-in: 50000 train, 10000 test images"
+    # one entry per optimizer step of this run, as rank 0 measured it (three lists of equal length, steps_this_run):
+    # "wall_s": seconds from the previous step's end (the loop's start, for the first) to this one's, on the host
+    # clock (on CUDA no synchronisation is added: host time between step ends, the log intervals' syncs falling in
+    # the step after them); "data_wait_s": seconds of it spent waiting for the batch; "samples": the step's samples
+    # summed over ranks. Empty in documents before them.
+    per_step: dict = dataclasses.field(default_factory=lambda: {"wall_s": [], "data_wait_s": [], "samples": []})
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

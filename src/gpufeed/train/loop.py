@@ -244,9 +244,15 @@ def _log(run: _Run, interval: _Interval, totals: dict, notify) -> _Interval:
 
 
 def _run_epochs(run: _Run, notify) -> dict:
+    """The loop. `totals` sums the log intervals; its `per_step` (TrainResult.per_step) holds each step's wall time
+    from the previous step's end (the loop's start for the first) to its own, read on the host right after the
+    step returns (no synchronisation: on CUDA, host time between step ends), the waits for its batch (the same
+    Stopwatch blocks the intervals sum, an epoch's last empty read included) and its samples over all ranks."""
     config, device = run.config, run.context.device
-    totals = {"seconds": 0.0, "wait_s": 0.0, "samples": 0, "timeline": []}
+    per_step = {"wall_s": [], "data_wait_s": [], "samples": []}
+    totals = {"seconds": 0.0, "wait_s": 0.0, "samples": 0, "timeline": [], "per_step": per_step}
     interval = _Interval(device)
+    step_end_s, step_wait_s = interval.started, 0.0
     check_every_step = device.type == "cpu"  # reading the loss costs nothing there
     vote = distributed.StopVote(run.context)
     while run.step < run.total_steps and not run.stopped:
@@ -255,11 +261,17 @@ def _run_epochs(run: _Run, notify) -> dict:
         while run.step < run.total_steps:
             with interval.wait:
                 batch = next(batches, None)
+            step_wait_s += interval.wait.last_s
             if batch is None:
                 break
             interval.busy.start()
             loss = _train_step(run, *batch)
             interval.busy.stop()
+            now = time.perf_counter()
+            per_step["wall_s"].append(now - step_end_s)
+            per_step["data_wait_s"].append(step_wait_s)
+            per_step["samples"].append(len(batch[1]) * run.context.world_size)
+            step_end_s, step_wait_s = now, 0.0
             run.step += 1
             interval.loss_sum += loss
             interval.samples += len(batch[1])
@@ -323,7 +335,8 @@ def _train_and_evaluate(run: _Run, notify) -> TrainResult:
         parameters=parameter_count(run.model), resumed_from=run.resumed_from, out=run.config.out,
         config=run.config.to_dict(), verdict="", unmeasured=unmeasured, timeline=totals["timeline"],
         steps_per_epoch=len(run.feed), notes=list(run.notes), train_samples=run.feed.count,
-        validation_samples=run.validation.count, data_description=run.data_description)
+        validation_samples=run.validation.count, data_description=run.data_description,
+        per_step=totals["per_step"])
     result = replace(result, verdict=verdict(result))
     if run.files is not None:
         run.files.save_model(run.model)

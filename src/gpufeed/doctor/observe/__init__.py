@@ -4,6 +4,7 @@ observation.py, notes.py, patching.py and frameworks/; never findings/ (the call
 
 - inject.py: run_script, someone else's script run in this process as python would, with a watchdog
 - hooks.py: Instrumentation, the hooks patched into torch (DataLoader, optimizer, module hooks, CUDA copies/syncs)
+- parts.py: StepParts, the host time of the step's model forward and of its optimizer steps, into the step
 - loader_split.py: inside the DataLoader, each batch's __getitem__, collate, hand-over and pinning, timed where they run
 - watch.py: Watcher, events in and one StepRecord per step out; the step clock; observe(), the Observation
 - clock.py: what one step holds (batches, samples, accumulation) and the notes that say so

@@ -10,13 +10,16 @@
   `DataLoader.__init__` (and TrainingArguments, when transformers is imported): where each loader was built and
   its settings (frameworks/setup.py), passed with each batch of its iterators so the fixes can name the user's line.
 - a global optimizer step post-hook: the step clock once any optimizer steps (the first optimizer to step, when
-  there are several: a GAN's discriminator, say; the distinct optimizers are counted for the report).
+  there are several: a GAN's discriminator, say; the distinct optimizers are counted for the report); with a
+  pre-hook (parts.py), each optimizer step's host time (`optimizer_s`), added to the step before it ends.
 - global module forward pre/post hooks: the outermost forward (no other active) with grad enabled after a backward
   pass (a hook on its output) marks a step, so a validation forward under torch.no_grad() does not; its inputs
   (positional and keyword: `model(**batch)`) and first parameter tell the batch size, float64 and CUDA, read when
   it returns. The first training forward at a small batch is kept for the batch probe (probe.py), which the
-  hooks ignore while it runs. Dropped at the end of the first outermost forward once a loader or an optimizer is
-  the step clock, so that their cost (a call per module) stops there.
+  hooks ignore while it runs. The first outermost forward with grad enabled names the step's model, whose own
+  forward hooks (parts.py) then time its forward (`forward_s`). Dropped at the end of the first outermost forward
+  once a loader or an optimizer is the step clock and the step's model is known, so that their cost (a call per
+  module) stops there.
 - with CUDA only: `Tensor.to/.cuda/.cpu/.copy_` (host-to-device copies: host time, bytes, pinned or not; device to
   host counts as a wait), `Tensor.item/.tolist` and `torch.cuda.synchronize` (host waits: counted and timed), and,
   once the script uses CUDA, `torch.cuda.set_sync_debug_mode("warn")` with a warnings filter that counts implicit
@@ -25,10 +28,12 @@
 With `stop_when_done`, once the watch is complete (or `stop_requested` is set, by the watchdog in inject.py) the
 next hook raises `DoctorStop`, a BaseException that `except Exception` in the script does not swallow.
 
-Cost: a step costs the clock's hook (about 10 µs for the optimizer's on a 2-core CPU) plus, on CUDA, two events and
-a few µs per patched call; loops timed by the forward clock pay a hook call per module call; inside the loader a
-batch costs a few clock reads and one small object (loader_split.py), nothing per sample. Patched Tensor methods
-are a graph break under torch.compile. DataLoader workers fork with the hooks installed; they count nothing.
+Cost: a step costs the clock's hook (about 10 µs for the optimizer's on a 2-core CPU), the optimizer's pre-hook, and
+two hook calls per call of the step's model (its forward pre-hook and forward hook, registered on that one module,
+not on every module: parts.py), plus, on CUDA, two events and a few µs per patched call; loops timed by the forward
+clock pay a hook call per module call (inside the model's forward_s); inside the loader a batch costs a few clock
+reads and one small object (loader_split.py), nothing per sample. Patched Tensor methods are a graph break under
+torch.compile. DataLoader workers fork with the hooks installed; they count nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from gpufeed.doctor.frameworks.setup import Constructions
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observe import probe
+from gpufeed.doctor.observe.parts import StepParts
 from gpufeed.doctor.patching import Patch, call_site, first_tensor
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's text in sync debug mode "warn"
@@ -69,6 +75,7 @@ class Instrumentation:
         self._backward_since_boundary = False
         self._clock_optimizer = None
         self._optimizers: set[int] = set()  # ids of the optimizers that stepped
+        self.parts = StepParts(watcher)  # the model's forward and the optimizer steps, timed (parts.py)
         self._inside = 0  # inside an instrumented copy or wait: torch's sync warnings there are already counted
         self._sync_debug_previous: int | None = None
         self._warnings_saved: tuple | None = None
@@ -77,6 +84,7 @@ class Instrumentation:
 
     def install(self) -> None:
         self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_step))
+        self.parts.install()
         self._forward_handles = [register_module_forward_pre_hook(self._on_forward_pre),
                                  register_module_forward_hook(self._on_forward_post, with_kwargs=True,
                                                               always_call=True)]
@@ -89,6 +97,7 @@ class Instrumentation:
         for handle in self._handles + self._forward_handles:
             handle.remove()
         self._handles, self._forward_handles = [], []
+        self.parts.remove()
         for patch in reversed(self._patches):
             patch.restore()
         self._patches = []
@@ -108,6 +117,7 @@ class Instrumentation:
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
         if os.getpid() != self._pid:
             return
+        self.parts.optimizer_ended(optimizer)  # into the step it ends
         self.watcher.seen["optimizer steps"] += 1
         if id(optimizer) not in self._optimizers:
             self._optimizers.add(id(optimizer))
@@ -128,6 +138,8 @@ class Instrumentation:
                                       and torch.is_grad_enabled()):
             self._backward_since_boundary = False
             watcher.step_boundary("forward")
+        if self.parts.model is None and torch.is_grad_enabled():  # the step's model: time its forwards
+            self.parts.time_model(module, inputs)
         self._maybe_stop()
 
     def _on_forward_post(self, module, inputs, *rest) -> None:
@@ -142,7 +154,8 @@ class Instrumentation:
             tensor = first_tensor(output, requires_grad=True)
             if tensor is not None:
                 tensor.register_hook(self._on_backward)
-        if not watcher.forwards_wanted:  # a better clock, or no more steps: stop paying for these
+        # a better clock with the step's model known (parts.py times it), or no more steps: stop paying for these
+        if not watcher.forwards_wanted and (self.parts.model is not None or watcher.done):
             for handle in self._forward_handles:
                 handle.remove()
             self._forward_handles, self._depth = [], 0

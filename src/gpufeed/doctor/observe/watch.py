@@ -18,6 +18,13 @@ first, `close()` keeps what was profiled and says why the rest is missing.
 What a step holds (clock.py): several batches with gradient accumulation (batch size and samples/s count a
 step's samples); only the training loader's batches, not a validation loader's; several optimizers' steps.
 
+The step's compute on the host clock (parts.py): `forward_s`, the forward of the step's model (its first outermost
+module called with grad enabled: hooks on that one module), and `optimizer_s`, the optimizer steps that began in
+the step, are summed into the step as they end, like the data wait; `backward_s` is what the wall time leaves
+(the loss, the backward pass, zero_grad, the loop's own Python). On CUDA they are host times (kernels run
+asynchronously). A part is 0.0 in a step where it is timed and did not run, None until it is timed (no
+instrumentation, or before the step's model was first called).
+
 Compute time (`compute_s`) is measured only on CUDA: events recorded on the current stream from the step's start
 (or a batch's arrival) to the step's end (or the next wait for a batch), summed; it includes idle gaps between
 kernels when the loop is launch-bound (the profiled window measures the gaps). Events are read back only when
@@ -62,7 +69,7 @@ from gpufeed.doctor.observe.flops import FlopCount, step_arithmetic
 from gpufeed.doctor.observe.profile import PROFILE_STEPS, StepProfiler, cuda_traced, profile_notes
 from gpufeed.doctor.observe.worker_memory import WorkerMemory
 from gpufeed.measure.sampler import Sampler
-from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord
+from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord, backward_seconds
 from gpufeed.measure.timing import event_pairs_seconds
 
 SOURCES = ("forward", "loader", "optimizer", "manual")  # lowest priority first
@@ -70,7 +77,8 @@ CPU_DEVICE = ("host-to-device copies: the device is the CPU",
               "sync stalls: the device is the CPU (.item() does not wait for a device)",
               "device compute time: the device is the CPU; wall time minus data wait is the compute")
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
-              "sync_s": 0.0, "batch_size": None, "loader_split": None}
+              "sync_s": 0.0, "batch_size": None, "loader_split": None, "forward_s": None, "optimizer_s": None}
+PARTS = ("forward", "optimizer")  # the step's parts timed on the host (parts.py), as `forward_s`, `optimizer_s`
 
 
 class Watcher:
@@ -104,7 +112,8 @@ class Watcher:
         self._start_s = self._last_s = time.perf_counter()
         self._sampler: Sampler | None = None
         self._raw: list[tuple[dict, list, Held]] = []  # closed steps past warm-up: fields, CUDA event pairs, Held
-        self._step, self._regions, self._region_start = dict(_ZERO_STEP), [], None
+        self._timed: set[str] = set()  # the PARTS being timed: a step starts them at 0.0, not None
+        self._step, self._regions, self._region_start = self._new_step(), [], None
         self.contents = StepContents()  # the step's training batches and model rows (clock.py)
         self.flop_count = FlopCount()  # the FLOPs of the last warm-up step (flops.py)
         self.capture: probe.Capture | bool | None = None  # the first training forward, for the probe (False: none)
@@ -220,6 +229,24 @@ class Watcher:
             self._step["sync_count"] += 1
             self._step["sync_s"] += seconds
 
+    def timing(self, part: str) -> None:
+        """`part` (one of PARTS) is timed from now on: the steps that begin from here hold 0.0 for it when it
+        does not run in them."""
+        self._timed.add(part)
+
+    def on_forward_time(self, seconds: float) -> None:
+        """A call of the step's model with grad enabled returned after `seconds` (parts.py)."""
+        if not self.done:
+            self._step["forward_s"] = (self._step["forward_s"] or 0.0) + seconds
+
+    def on_optimizer_time(self, seconds: float) -> None:
+        """An optimizer step returned after `seconds`, before the boundary it may make (parts.py)."""
+        if not self.done:
+            self._step["optimizer_s"] = (self._step["optimizer_s"] or 0.0) + seconds
+
+    def _new_step(self) -> dict:
+        return dict(_ZERO_STEP, **{f"{part}_s": 0.0 for part in self._timed})
+
     def on_float64(self) -> None:
         self.float64_seen = True
 
@@ -248,7 +275,7 @@ class Watcher:
                 self._raw.append((fields, self._regions, held))
                 if self.watched:
                     self._begin_profile()
-        self._step, self._regions, self._last_s = dict(_ZERO_STEP), [], now
+        self._step, self._regions, self._last_s = self._new_step(), [], now
         self._open_region()
         if self.steps_closed == self.warmup - 1:  # the next step is the last warm-up step: count its FLOPs
             self.flop_count.start()
@@ -299,7 +326,9 @@ class Watcher:
     @property
     def records(self) -> list[StepRecord]:
         """The watched steps (on CUDA this waits for the events it reads)."""
-        return [StepRecord(**fields, kernel_launches=None, compute_s=event_pairs_seconds(regions) if regions else None)
+        return [StepRecord(**fields, kernel_launches=None, compute_s=event_pairs_seconds(regions) if regions else None,
+                           backward_s=backward_seconds(fields["wall_s"], fields["data_wait_s"], fields["copy_s"],
+                                                       fields["sync_s"], fields["forward_s"], fields["optimizer_s"]))
                 for fields, regions, _ in self._raw]
 
     @property

@@ -4,7 +4,7 @@ use trials/.
 
 - context.py: RankContext (from torchrun's environment), a rank's record, with_ranks, Exchange (the job's store),
   RankGuard (a rank that crashes or hangs)
-- timing.py: RankTimer, a rank's forward, all-reduce buckets and optimizer step, timed per step
+- timing.py: RankTimer, a rank's DDP forward and all-reduce buckets, timed per step (its optimizer steps: the records')
 - job.py: the torchrun jobs without their printing: the words each rank runs, run_job, rank 0's job_report, and
   --try's jobs (the diagnosis job, a job per run, the files that tell the ranks what to do)
 """

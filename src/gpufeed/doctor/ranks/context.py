@@ -97,13 +97,16 @@ def launcher_arguments(words: list[str], nproc: int) -> list[str]:
 
 def rank_record(rank: int, records, started_s: float, timer: RankTimer, problem: str | None,
                 device: str) -> dict:
-    """What a rank sends: each watched step's wall time and data wait, its forward, all-reduce and optimizer
-    step (timing.py), and why the watch is incomplete (None: it completed). JSON-able."""
+    """What a rank sends: each watched step's wall time and data wait, its forward and all-reduce (timing.py),
+    its optimizer steps (the record's `optimizer_s`, doctor/observe/parts.py: the instrumentation times them from
+    before the first step, so it is never None here), and why the watch is incomplete (None: it completed).
+    JSON-able."""
     steps = []
     for record in records:
         timed = timer.step(started_s + record.start_s, record.wall_s)
         steps.append({"index": record.index, "start_s": record.start_s, "wall_s": record.wall_s,
-                      "data_wait_s": record.data_wait_s, **dataclasses.asdict(timed)})
+                      "data_wait_s": record.data_wait_s, **dataclasses.asdict(timed),
+                      "optimizer_s": record.optimizer_s})
     return {"rank": rank, "device": device, "problem": problem, "steps": steps}
 
 

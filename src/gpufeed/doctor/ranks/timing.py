@@ -1,19 +1,19 @@
-"""What each rank times of a DistributedDataParallel step: its forward, its gradient all-reduce (from inside DDP's
-communication hook) and its optimizer step.
+"""What each rank times of a DistributedDataParallel step: its forward and its gradient all-reduce (from inside
+DDP's communication hook). Its optimizer steps are the Watcher's (`StepRecord.optimizer_s`, timed by the doctor's
+instrumentation: doctor/observe/parts.py), which the rank's record takes (ranks/context.py: rank_record).
 
-`RankTimer.install()` times `DistributedDataParallel.forward` calls and every optimizer step (torch's global
-optimizer step pre- and post-hooks), and wraps DDP's communication hook: a hook the user registers
-(`register_comm_hook`) is wrapped as it is registered; a DDP module with none gets, at its first forward, DDP's own
-reference hook (`default_hooks.allreduce_hook`: divide by the world size, then all_reduce; DDP documents it as
-giving the same results as no hook), wrapped. The wrapper notes, per bucket, when DDP called the hook (the bucket's
-gradients are ready), when its future completed (the all-reduce is done on this rank: that includes waiting for the
-slowest rank to arrive) and the bucket's bytes. Works with gloo and NCCL alike: the future completes on the
-backend's thread. Registering a Python hook where DDP had its built-in C++ all-reduce costs a Python call per
-bucket (a few buckets a step: 25 MiB each by default).
+`RankTimer.install()` times `DistributedDataParallel.forward` calls and wraps DDP's communication hook: a hook the
+user registers (`register_comm_hook`) is wrapped as it is registered; a DDP module with none gets, at its first
+forward, DDP's own reference hook (`default_hooks.allreduce_hook`: divide by the world size, then all_reduce; DDP
+documents it as giving the same results as no hook), wrapped. The wrapper notes, per bucket, when DDP called the
+hook (the bucket's gradients are ready), when its future completed (the all-reduce is done on this rank: that
+includes waiting for the slowest rank to arrive) and the bucket's bytes. Works with gloo and NCCL alike: the future
+completes on the backend's thread. Registering a Python hook where DDP had its built-in C++ all-reduce costs a
+Python call per bucket (a few buckets a step: 25 MiB each by default).
 
 Per step (`rank_step`), from what began inside the step's wall time:
-- `forward_s`: the DDP forward calls; `optimizer_s`: the optimizer steps (the rest of the step's compute is the
-  loss, the backward pass and zero_grad: "backward" in the ranks' table);
+- `forward_s`: the DDP forward calls (with the record's `optimizer_s`, the rest of the step's compute is the loss,
+  the backward pass and zero_grad: "backward" in the ranks' table);
 - `collective_s`: the union of the buckets' [call, completion] intervals, the time any all-reduce was in flight;
 - `exposed_s`: from the last bucket's call (backward has produced its last gradients) to the last completion,
   the time the step waited on communication that backward did not hide; on a rank that others wait for it is
@@ -30,8 +30,6 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from gpufeed.doctor.patching import Patch
 
@@ -50,19 +48,15 @@ class RankStep:
     bytes: int
     buckets: int
     forward_s: float = 0.0
-    optimizer_s: float = 0.0
 
 
 class RankTimer:
-    """Collects a `BucketTiming` per all-reduced bucket, and (start, end) perf_counter pairs of DDP forwards and
-    optimizer steps, while installed."""
+    """Collects a `BucketTiming` per all-reduced bucket, and (start, end) perf_counter pairs of DDP forwards, while
+    installed."""
 
     def __init__(self) -> None:
         self.buckets: list[BucketTiming] = []
         self.forwards: list[tuple[float, float]] = []
-        self.optimizer_steps: list[tuple[float, float]] = []
-        self._optimizer_started: dict[int, float] = {}
-        self._handles: list = []
         self.modules = 0  # DDP modules whose hook was wrapped
         self._lock = threading.Lock()
         self._patches: list[Patch] = []
@@ -92,25 +86,13 @@ class RankTimer:
                     timer._add_to(timer.forwards, (started, time.perf_counter()))
             return forward
 
-        def step_started(optimizer, args, kwargs) -> None:
-            timer._optimizer_started[id(optimizer)] = time.perf_counter()
-
-        def step_ended(optimizer, args, kwargs) -> None:
-            started = timer._optimizer_started.pop(id(optimizer), None)
-            if started is not None:
-                timer._add_to(timer.optimizer_steps, (started, time.perf_counter()))
-
         self._patches = [Patch(DistributedDataParallel, "register_comm_hook", make_register),
                          Patch(DistributedDataParallel, "forward", make_forward)]
-        self._handles = [register_optimizer_step_pre_hook(step_started),
-                         register_optimizer_step_post_hook(step_ended)]
 
     def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
         for patch in reversed(self._patches):
             patch.restore()
-        self._patches, self._handles = [], []
+        self._patches = []
 
     def wrap(self, hook):
         timer = self
@@ -140,23 +122,22 @@ class RankTimer:
     def step(self, start_s: float, wall_s: float) -> RankStep:
         """The step that began at perf_counter time `start_s` and lasted `wall_s`."""
         with self._lock:
-            buckets, forwards, steps = list(self.buckets), list(self.forwards), list(self.optimizer_steps)
-        return rank_step(buckets, forwards, steps, start_s, wall_s)
+            buckets, forwards = list(self.buckets), list(self.forwards)
+        return rank_step(buckets, forwards, start_s, wall_s)
 
 
 def _within(spans: list[tuple[float, float]], start_s: float, wall_s: float) -> float:
     return sum(end - begin for begin, end in spans if start_s <= begin < start_s + wall_s)
 
 
-def rank_step(buckets: list[BucketTiming], forwards: list[tuple[float, float]],
-              optimizer_steps: list[tuple[float, float]], start_s: float, wall_s: float) -> RankStep:
-    """One step of a rank: the buckets DDP called, the forwards and optimizer steps that began within
-    [start_s, start_s + wall_s), on the perf_counter clock (a StepRecord's start_s plus the watcher's
-    `started_s`)."""
-    forward, optimizer = _within(forwards, start_s, wall_s), _within(optimizer_steps, start_s, wall_s)
+def rank_step(buckets: list[BucketTiming], forwards: list[tuple[float, float]], start_s: float,
+              wall_s: float) -> RankStep:
+    """One step of a rank: the buckets DDP called and the forwards that began within [start_s, start_s + wall_s),
+    on the perf_counter clock (a StepRecord's start_s plus the watcher's `started_s`)."""
+    forward = _within(forwards, start_s, wall_s)
     inside = sorted((b for b in buckets if start_s <= b.called_s < start_s + wall_s), key=lambda b: b.called_s)
     if not inside:
-        return RankStep(0.0, 0.0, 0, 0, forward, optimizer)
+        return RankStep(0.0, 0.0, 0, 0, forward)
     union, reach = 0.0, None
     for bucket in inside:  # sorted by call: extend or start an interval
         if reach is None or bucket.called_s > reach:
@@ -166,4 +147,4 @@ def rank_step(buckets: list[BucketTiming], forwards: list[tuple[float, float]],
             union += bucket.completed_s - reach
             reach = bucket.completed_s
     exposed = max(0.0, max(b.completed_s for b in inside) - inside[-1].called_s)
-    return RankStep(union, exposed, sum(b.nbytes for b in inside), len(inside), forward, optimizer)
+    return RankStep(union, exposed, sum(b.nbytes for b in inside), len(inside), forward)
