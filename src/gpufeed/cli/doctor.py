@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
+from gpufeed.cli.compare import add_gate_flags
 from gpufeed.cli.doctor_show import show, show_plan
 from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, emit_document, error_console
 from gpufeed.errors import GpufeedError
@@ -18,6 +19,9 @@ EXAMPLES = """examples:
   gpufeed doctor --try --repeats 1 train.py          # one pair of runs per experiment: quicker, noisier
   gpufeed doctor --nproc-per-node 2 train_ddp.py     # 2 ranks through torchrun; stragglers, all-reduce
   torchrun --nproc-per-node 8 -m gpufeed doctor train_ddp.py   # the same, launched by you (several nodes too)
+  gpufeed doctor --baseline ../main/train.py train.py          # A/B: another checkout's script against this one
+  gpufeed doctor --baseline-args "--workers 0" train.py --workers 4   # A/B: the same script, other arguments
+  gpufeed doctor --baseline ../main/train.py --fail-if-slower 10 --markdown ab.md train.py   # a CI gate
 
 The script runs in this process as `python SCRIPT ARGS` (or `python -m MODULE ARGS`) would: its argv, sys.path[0],
 __name__ == "__main__", your working directory. Steps are found through the DataLoader, the optimizer's step, or
@@ -31,7 +35,11 @@ the changed run, and the gain is the median of the pairs' samples/s ratios, with
 the gain of the fix it recommends; replayed batches are the bound if input were free, shown beside it, never as
 the fix's gain; the finding's confidence is at most what the spread of the pairs allows. That is 2 x repeats
 more runs per experiment (18 with the defaults); the first run is not a baseline (it ran cold).
-Exit status: 0 a report, 1 the script raised or no training step was seen, 2 wrong input.
+With --baseline and/or --baseline-args (A/B): one warm-up run of the baseline, then --pairs pairs of runs, BASE and
+NEW alternately (BASE NEW, NEW BASE, ...), each `gpufeed doctor --json` in its own process (two checkouts never
+share imported modules), and one comparison of them as `gpufeed compare` shows it.
+Exit status: 0 a report, 1 the script raised or no training step was seen, 2 wrong input, 3 (with
+--fail-if-slower) NEW is slower per sample than allowed and the difference is real.
 """
 
 
@@ -62,6 +70,16 @@ def register(subparsers) -> None:
     parser.add_argument("--repeats", type=_count(1), default=3, metavar="N",
                         help="with --try: pairs of runs (a fresh baseline, then the change) per experiment; the gain "
                              "is the median ratio (default 3)")
+    parser.add_argument("--baseline", metavar="SCRIPT", default=None,
+                        help="A/B: run this baseline script (another checkout's, say) and SCRIPT alternately in pairs, "
+                             "each in its own process, and compare them (with SCRIPT's arguments unless "
+                             "--baseline-args)")
+    parser.add_argument("--baseline-args", metavar="\"ARGS\"", default=None,
+                        help="A/B: the baseline's arguments, one quoted string (the baseline is SCRIPT itself unless "
+                             "--baseline names another)")
+    parser.add_argument("--pairs", type=_count(1), default=3, metavar="N",
+                        help="A/B: pairs of runs (default 3; a change is real when every pair moved the same way)")
+    add_gate_flags(parser)
     parser.add_argument("--nproc-per-node", type=_count(1), default=None, metavar="N",
                         help="run the script as N ranks on this machine through torch.distributed.run (torchrun), "
                              "watched on every rank; rank 0 writes one report")
@@ -85,13 +103,18 @@ def _try_fixes(args, target: str, script_args: list[str], report):
 
 
 def run(args) -> int:
-    from gpufeed.cli import doctor_ranks
+    from gpufeed.cli import doctor_ab, doctor_ranks
     from gpufeed.doctor.findings.diagnose import diagnose, empty_report
     from gpufeed.doctor.notes import Note
     from gpufeed.doctor.observe.inject import check_target, run_script
     from gpufeed.doctor.observe.watch import Watcher
     from gpufeed.doctor.ranks.context import RankContext
 
+    if doctor_ab.wanted(args):
+        return doctor_ab.run(args)
+    if args.fail_if_slower is not None or args.markdown is not None:
+        raise GpufeedError("--fail-if-slower and --markdown compare two runs: give the baseline with --baseline "
+                           "SCRIPT or --baseline-args \"ARGS\" (or compare two saved results: gpufeed compare)")
     if args.nproc_per_node is not None and args.nproc_per_node > 1:
         return doctor_ranks.launch(args)
     context = RankContext.from_environment()

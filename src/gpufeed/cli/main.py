@@ -10,7 +10,7 @@ from typing import NoReturn
 from gpufeed.errors import GpufeedError
 
 # One module per command; each has `register(subparsers)` that sets `handler` on its parser.
-COMMANDS = ("info", "pack", "train", "bench", "plan", "doctor", "report")
+COMMANDS = ("info", "pack", "train", "bench", "plan", "doctor", "compare", "report")
 
 
 class UsageError(SystemExit):

@@ -1,0 +1,61 @@
+"""gpufeed doctor's A/B mode: `--baseline SCRIPT` and/or `--baseline-args "ARGS"` run a baseline and the new
+script alternately in pairs, each in its own process, and write one comparison (compare/pairs.py)."""
+
+from __future__ import annotations
+
+import shlex
+
+from gpufeed.cli.output import check_output_paths, error_console
+from gpufeed.errors import GpufeedError
+
+
+def wanted(args) -> bool:
+    return args.baseline is not None or args.baseline_args is not None
+
+
+def sides(args):
+    """(BASE, NEW) from the command line: the baseline is `--baseline` (else the same script) with
+    `--baseline-args` (else the same arguments); the two must differ."""
+    from gpufeed.compare.pairs import Side
+    from gpufeed.doctor.observe.inject import check_target
+
+    if not args.command:
+        raise GpufeedError("give the new training script after the flags: gpufeed doctor --baseline OLD.py NEW.py "
+                           "[ARGS...]")
+    target, script_args = args.command[0], tuple(args.command[1:])
+    check_target(target, args.module)
+    baseline = args.baseline or target
+    check_target(baseline, args.module)
+    try:
+        baseline_args = tuple(shlex.split(args.baseline_args)) if args.baseline_args is not None else script_args
+    except ValueError as error:
+        raise GpufeedError(f"--baseline-args {args.baseline_args!r}: {error}; quote it as a shell would") from None
+    base, new = Side(baseline, baseline_args, args.module), Side(target, script_args, args.module)
+    if base == new:
+        raise GpufeedError("--baseline and --baseline-args give the same command as the new one: name another "
+                           "script (--baseline ../main/train.py) or other arguments (--baseline-args \"...\")")
+    return base, new
+
+
+def run(args) -> int:
+    from gpufeed.cli.compare import check_markdown_path, finish
+    from gpufeed.compare.pairs import Watch, order, run_pairs
+
+    if args.try_fixes:
+        raise GpufeedError("--try and --baseline are two modes: measure the fixes first (--try), then compare the "
+                           "fixed script with --baseline")
+    base, new = sides(args)
+    inputs = tuple(side.target for side in (base, new) if not side.is_module)
+    check_output_paths(args, inputs=inputs)
+    check_markdown_path(args, inputs=inputs)
+    runs = len(order(args.pairs))
+    error_console.print(f"gpufeed doctor: A/B, {args.pairs} pair{'s' * (args.pairs != 1)} of runs (BASE: "
+                        f"{' '.join(base.words())}; NEW: {' '.join(new.words())}), {runs} runs of {args.warmup} + "
+                        f"{args.steps} steps, each in its own process")
+
+    def progress(done: int, total: int, what: str) -> None:
+        error_console.print(f"  run {done + 1}/{total}: {what}")
+
+    watch = Watch(args.steps, args.warmup, args.timeout, args.nproc_per_node)
+    comparison, _, _ = run_pairs(base, new, args.pairs, watch, on_run=progress)
+    return finish(comparison, args)

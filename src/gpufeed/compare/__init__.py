@@ -1,0 +1,3 @@
+"""Comparing two runs of one command (doctor, train or bench): which part of the step got slower or faster, and
+whether the difference is real. documents.py compares two saved results; pairs.py runs a baseline and a new
+training alternately (the doctor's A/B mode); statistics.py judges the differences; model.py holds the result."""

@@ -1,0 +1,95 @@
+"""Whether two results are comparable at all: what differs between them besides the change under test, from
+their `about` blocks (machine, versions, command line) and their configurations. Listed before the figures; a
+different machine (CPU model, core count, GPUs) also goes into the headline."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+# flags that choose where results go, not what runs: left out when command lines are compared
+OUTPUT_FLAGS = ("--json", "--html", "--markdown", "--out")
+# train configuration keys that do not change what a step does (`explicit`: which flags were given)
+TRAIN_KEYS_IGNORED = ("out", "resume", "log_every_steps", "checkpoint_every_steps", "explicit")
+
+
+def _text(value) -> str:
+    if isinstance(value, dict):  # an NA: {"reason": ...}
+        return "none" if "reason" in value else str(value)
+    return "none" if value is None else str(value)
+
+
+def machine_of(document: dict) -> dict[str, str]:
+    """What identifies a machine and its software in a result, in words."""
+    about = document.get("about") or {}
+    machine = about.get("machine") or {}
+    cpu, software = machine.get("cpu") or {}, machine.get("software") or {}
+    gpus = [accelerator.get("name", "?") for accelerator in machine.get("accelerators") or []]
+    return {"CPU": _text(cpu.get("model")), "cores": _text(cpu.get("logical_cores")),
+            "GPUs": ", ".join(gpus) or "none", "torch": _text(software.get("torch")),
+            "CUDA": _text(software.get("cuda_runtime")), "gpufeed": _text(about.get("gpufeed"))}
+
+
+MACHINE_KEYS = ("CPU", "cores", "GPUs")
+
+
+def command_words(document: dict) -> list[str]:
+    """The command line that made a result, without its output flags and their values."""
+    words = list((document.get("about") or {}).get("argv") or [])
+    kept, skip = [], False
+    for word in words:
+        if skip:
+            skip = False
+            continue
+        if word in OUTPUT_FLAGS:
+            skip = True
+            continue
+        if any(word.startswith(flag + "=") for flag in OUTPUT_FLAGS):
+            continue
+        kept.append(word)
+    return kept
+
+
+def _doctor_settings(document: dict) -> dict[str, str]:
+    steps = (document.get("timeline") or {}).get("steps") or []
+    sizes = Counter(step.get("batch_size") for step in steps if step.get("batch_size"))
+    verdict = document.get("verdict") or {}
+    return {"batch size": _text(sizes.most_common(1)[0][0] if sizes else None),
+            "world size": _text(verdict.get("world_size", 1)), "device": _text(verdict.get("device"))}
+
+
+def _train_settings(document: dict) -> dict[str, str]:
+    config = document.get("config") or {}
+    settings = {key: _text(value) for key, value in config.items() if key not in TRAIN_KEYS_IGNORED}
+    settings.update({"precision": _text(document.get("precision")), "world size": _text(document.get("world_size")),
+                     "batch size": _text(document.get("effective_batch_size"))})
+    return settings
+
+
+def _bench_settings(document: dict) -> dict[str, str]:
+    return {key: _text(value) for key, value in (document.get("settings") or {}).items()}
+
+
+SETTINGS = {"doctor": _doctor_settings, "train": _train_settings, "bench": _bench_settings}
+
+
+def differences(command: str, base: dict, new: dict, same_command_line: bool = False) -> tuple[list[str], bool]:
+    """Lines naming what differs (machine first), and whether the machines differ. `same_command_line`: the
+    command lines are expected to differ (the A/B mode runs two commands) and are not listed."""
+    lines = []
+    first, second = machine_of(base), machine_of(new)
+    for key in first:
+        if first[key] != second[key]:
+            lines.append(f"{key}: {first[key]} (BASE) vs {second[key]} (NEW)")
+    if first["gpufeed"] != second["gpufeed"]:
+        lines.append("gpufeed versions differ: its rules may grade the same run differently, so the measured "
+                     "parts are compared, not the grades")
+    base_settings, new_settings = SETTINGS[command](base), SETTINGS[command](new)
+    for key in dict.fromkeys([*base_settings, *new_settings]):
+        one, other = base_settings.get(key, "none"), new_settings.get(key, "none")
+        if one != other:
+            lines.append(f"{key}: {one} (BASE) vs {other} (NEW)")
+    if not same_command_line:
+        one, other = command_words(base), command_words(new)
+        if one != other:
+            lines.append(f"command: `{' '.join(one)}` (BASE) vs `{' '.join(other)}` (NEW)")
+    return lines, any(first[key] != second[key] for key in MACHINE_KEYS)

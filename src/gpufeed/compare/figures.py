@@ -1,0 +1,90 @@
+"""From each run's series of samples to the figures of a comparison: matched by key, valued, and judged real or
+not (statistics.py), the same way for every command."""
+
+from __future__ import annotations
+
+import statistics as stats
+from dataclasses import dataclass
+
+from gpufeed.compare.model import MIN_CHANGE, Figure
+from gpufeed.compare.statistics import Interval, Samples, bootstrap_interval, pairs_interval
+
+
+@dataclass(frozen=True)
+class Series:
+    """One figure of one run with its samples. `within_step`: a part of the step (its smallest change that
+    counts is MIN_CHANGE of BASE's step time); else MIN_CHANGE of the figure's own BASE value."""
+
+    key: str
+    name: str
+    unit: str
+    level: int
+    lower_is_better: bool
+    samples: Samples
+    within_step: bool = False
+
+
+def _real(interval: Interval | None, difference: float | None, reference: float | None) -> bool | None:
+    if interval is None or difference is None:
+        return None
+    return interval.excludes_zero and (reference is None or bool(abs(difference) >= MIN_CHANGE * abs(reference)))
+
+
+def _matched(base: list[Series], new: list[Series]) -> list[tuple[Series | None, Series | None]]:
+    """Pairs of series by key, BASE's order first, then those only NEW has (None for the run without)."""
+    new_by_key = {series.key: series for series in new}
+    base_keys = {series.key for series in base}
+    matched = [(series, new_by_key.get(series.key)) for series in base]
+    matched += [(None, series) for series in new if series.key not in base_keys]
+    return matched
+
+
+def document_figures(base: list[Series], new: list[Series], step_ms: float | None,
+                     bootstrap: bool = True) -> list[Figure]:
+    """Figures of two saved runs: each run's value of each series, NEW - BASE's bootstrap interval where both
+    have samples (`bootstrap`), judged against `step_ms` (BASE's step) for parts of the step."""
+    figures = []
+    for first, second in _matched(base, new):
+        shown = first or second
+        base_value = first.samples.value() if first else None
+        new_value = second.samples.value() if second else None
+        interval = (bootstrap_interval(first.samples, second.samples) if bootstrap and first and second
+                    and base_value is not None and new_value is not None else None)
+        difference = None if base_value is None or new_value is None else new_value - base_value
+        reference = step_ms if shown.within_step else base_value
+        figures.append(Figure(shown.key, shown.name, shown.unit, shown.level, shown.lower_is_better, base_value,
+                              new_value, interval, _real(interval, difference, reference)))
+    return figures
+
+
+def run_values(runs: list[list[Series]], key: str) -> list[float | None]:
+    """Each run's value of the series `key` (None: that run has no such series)."""
+    return [next((series.samples.value() for series in run if series.key == key), None) for run in runs]
+
+
+def pair_figures(base_runs: list[list[Series]], new_runs: list[list[Series]], step_ms: float | None) -> list[Figure]:
+    """Figures of runs made in pairs (base_runs[i] then new_runs[i]): each run's value, the medians over the runs
+    as BASE and NEW, and the range of the pairs' differences as the interval (one pair: not computed)."""
+    order: list[Series] = []
+    seen: set[str] = set()
+    for run in [*base_runs, *new_runs]:
+        for series in run:
+            if series.key not in seen:
+                seen.add(series.key)
+                order.append(series)
+    figures = []
+    for shown in order:
+        base_values, new_values = run_values(base_runs, shown.key), run_values(new_runs, shown.key)
+        pairs = [(b, n) for b, n in zip(base_values, new_values, strict=True) if b is not None and n is not None]
+        present_base = [v for v in base_values if v is not None]
+        present_new = [v for v in new_values if v is not None]
+        base_value = stats.median(present_base) if present_base else None
+        new_value = stats.median(present_new) if present_new else None
+        differences = [n - b for b, n in pairs]
+        ratios = [n / b - 1.0 for b, n in pairs if b]
+        interval = pairs_interval(differences, ratios if len(ratios) == len(differences) else [])
+        difference = None if base_value is None or new_value is None else new_value - base_value
+        reference = step_ms if shown.within_step else base_value
+        figures.append(Figure(shown.key, shown.name, shown.unit, shown.level, shown.lower_is_better, base_value,
+                              new_value, interval, _real(interval, difference, reference)))
+    return figures

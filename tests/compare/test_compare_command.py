@@ -1,0 +1,136 @@
+"""gpufeed compare and the doctor's A/B mode on the command line: the gate's exit codes, the Markdown, the page,
+the document, and both end to end on real runs of a script whose __getitem__ is made slower."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tests.compare.documents import doctor_document, fixture, write
+
+from gpufeed.cli.main import main
+from gpufeed.compare.pairs import order
+
+SCRIPT = Path(__file__).parent / "scripts" / "sleepy_getitem.py"
+
+
+def waits(seed: int, mean: float = 20.0, spread: float = 2.0) -> np.ndarray:
+    return np.clip(np.random.default_rng(seed).normal(mean, spread, 60), 0, None)
+
+
+def slower_percent() -> int:
+    """The slower_pair's NEW against BASE per sample, by hand: 10 ms more on a step of the mean wait + 12 ms."""
+    return round(100 * 10.0 / (waits(1).mean() + 12.0))
+
+
+@pytest.fixture
+def slower_pair(tmp_path):
+    """BASE and a NEW whose data wait is 10 ms longer in every step (31% slower per sample: slower_percent)."""
+    base = waits(1)
+    return (write(tmp_path / "base.json", doctor_document(base)),
+            write(tmp_path / "new.json", doctor_document(base + 10.0)))
+
+
+def test_the_gate_fails_with_3_on_a_real_slowdown_over_the_percent(slower_pair, capsys):
+    assert main(["compare", "--fail-if-slower", "10", *slower_pair]) == 3
+    out = capsys.readouterr().out
+    percent = slower_percent()
+    assert out.splitlines()[0].startswith(f"NEW is {percent}% slower per sample: data wait +10.0 ms a step")
+    assert f"gate (10%): failed, NEW is {percent}% slower per sample, beyond the noise and over 10%" in out
+
+
+def test_the_gate_passes_under_its_percent(slower_pair, capsys):
+    assert main(["compare", "--fail-if-slower", "80", *slower_pair]) == 0
+    assert f"gate (80%): passed, NEW is {slower_percent()}% slower per sample" in capsys.readouterr().out
+
+
+def test_the_gate_passes_a_slowdown_within_the_noise_and_says_so(tmp_path, capsys):
+    base = write(tmp_path / "base.json", doctor_document(waits(2, 30.0, 12.0)))
+    new = write(tmp_path / "new.json", doctor_document(waits(3, 31.5, 12.0)))
+    assert main(["compare", "--fail-if-slower", "0", base, new]) == 0
+    out = capsys.readouterr().out
+    assert "no change per sample" in out and ("but within the noise" in out or "faster" in out)
+
+
+def test_wrong_input_is_one_line_and_exit_2(tmp_path, slower_pair, capsys):
+    train = write(tmp_path / "train.json", fixture("train"))
+    assert main(["compare", slower_pair[0], train]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "same command" in err
+    assert main(["compare", "--fail-if-slower", "ten", *slower_pair]) == 2
+    assert main(["compare", "--markdown", slower_pair[0], *slower_pair]) == 2  # would overwrite BASE
+    assert "--markdown" in capsys.readouterr().err
+
+
+def test_markdown_json_and_page(slower_pair, tmp_path, capsys):
+    markdown, document, page = tmp_path / "s.md", tmp_path / "c.json", tmp_path / "c.html"
+    assert main(["compare", "--fail-if-slower", "10", "--markdown", str(markdown), "--json", str(document),
+                 "--html", str(page), *slower_pair]) == 3
+    saved = json.loads(document.read_text(encoding="utf-8"))
+    assert saved["about"]["command"] == "compare" and saved["command"] == "doctor" and saved["gate"]["failed"]
+    wait = next(f for f in saved["figures"] if f["key"] == "data_wait")
+    assert wait["difference"] == pytest.approx(10.0) and wait["real"] is True
+    text = markdown.read_text(encoding="utf-8")
+    assert f"**{saved['headline']}**" in text and "❌ gate (10%): failed" in text
+    row = next(line for line in text.splitlines() if line.startswith("| data wait |"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[1] == "ms a step" and cells[4] == "+10" and cells[6] == "**worse**"
+    html = page.read_text(encoding="utf-8")
+    assert saved["headline"] in html and html.count('<figure class="chart"') == 2  # the parts; the distributions
+    rebuilt = tmp_path / "again.html"
+    assert main(["report", str(document), "--html", str(rebuilt)]) == 0
+    assert rebuilt.read_text(encoding="utf-8").count('<figure class="chart"') == 2
+
+
+def _doctor(tmp_path: Path, name: str, env: dict, *words: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gpufeed", "doctor", *words], cwd=tmp_path, capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=300)
+
+
+def test_one_script_run_twice_with_a_slower_getitem_the_second_time(tmp_path):
+    """End to end: two doctor runs, the second with __getitem__ sleeping 1 ms a sample (8 ms a batch)."""
+    for name, sleep in (("before", "0"), ("after", "1")):
+        done = _doctor(tmp_path, name, {"GPUFEED_TEST_GETITEM_MS": sleep}, "--steps", "20", "--warmup", "3",
+                       "--profile-steps", "0", "--json", f"{name}.json", str(SCRIPT))
+        assert done.returncode == 0, done.stderr
+    done = subprocess.run([sys.executable, "-m", "gpufeed", "compare", "--fail-if-slower", "10", "before.json",
+                           "after.json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    headline = done.stdout.splitlines()[0]
+    assert headline.startswith("NEW takes ") and "data wait +" in headline and "(getitem +" in headline
+    getitem_ms = float(headline.split("(getitem +")[1].split(" ms")[0])
+    assert 8.0 <= getitem_ms < 12.0  # 8 samples x 1 ms of sleep a batch, plus the sleeps' overshoot
+
+
+def test_the_pairs_run_alternately_after_a_warm_up():
+    assert order(3) == [(-1, "base"), (0, "base"), (0, "new"), (1, "new"), (1, "base"), (2, "base"), (2, "new")]
+
+
+def test_ab_mode_on_two_scripts_writes_one_comparison_and_gates(tmp_path):
+    source = SCRIPT.read_text(encoding="utf-8")
+    shutil.copy(SCRIPT, tmp_path / "base.py")
+    (tmp_path / "new.py").write_text(source.replace('GPUFEED_TEST_GETITEM_MS", "0"', 'GPUFEED_TEST_GETITEM_MS", "1"'),
+                                     encoding="utf-8")
+    done = _doctor(tmp_path, "ab", {}, "--baseline", "base.py", "--pairs", "2", "--steps", "10", "--warmup", "2",
+                   "--fail-if-slower", "10", "--json", "ab.json", "--markdown", "ab.md", "new.py")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "run 5/5: pair 2: BASE" in done.stderr
+    saved = json.loads((tmp_path / "ab.json").read_text(encoding="utf-8"))
+    assert saved["mode"] == "pairs" and saved["base"] == "base.py" and saved["new"] == "new.py"
+    assert len(saved["pairs"]) == 2 and all(pair["ratio"] > 1.5 for pair in saved["pairs"])
+    assert saved["slower_real"] is True and "(getitem +" in saved["headline"]
+    assert (tmp_path / "ab.md").read_text(encoding="utf-8").startswith("### gpufeed compare (doctor)")
+
+
+def test_ab_mode_refuses_a_baseline_that_is_the_same_command(tmp_path, capsys):
+    shutil.copy(SCRIPT, tmp_path / "train.py")
+    assert main(["doctor", "--baseline", str(tmp_path / "train.py"), str(tmp_path / "train.py")]) == 2
+    assert "the same command" in capsys.readouterr().err
+    assert main(["doctor", "--fail-if-slower", "5", str(tmp_path / "train.py")]) == 2
+    assert "--baseline" in capsys.readouterr().err
