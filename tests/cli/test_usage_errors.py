@@ -16,6 +16,8 @@ BAD_VALUES = [
     ("plan", [], "the following arguments are required: --model"),
     ("doctor", ["--steps", "0"], "argument --steps: must be at least 1, got 0"),
     ("report", [], "the following arguments are required: RUN.json"),
+    ("compare", ["base.json"], "the following arguments are required: NEW.json"),
+    ("compare", ["--fail-if-slower", "x", "a.json", "b.json"], "argument --fail-if-slower: must be a percentage such as 10 (0 to 999), got x"),
 ]
 
 
@@ -43,7 +45,7 @@ def test_the_exact_line(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 # What a command requires, so that the unknown flag is the only thing wrong.
-REQUIRED = {"plan": ["--model", "mlp"], "report": ["run.json"]}
+REQUIRED = {"plan": ["--model", "mlp"], "report": ["run.json"], "compare": ["base.json", "new.json"]}
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -26,7 +26,7 @@ from gpufeed.report.document import load_document, render  # noqa: E402
 from gpufeed.report.html import Page, new_figure  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
-PAGE_COMMANDS = ("train", "doctor", "bench", "plan")
+PAGE_COMMANDS = ("train", "doctor", "bench", "plan", "compare")
 # Without the background-networking flags Chromium's own connections are refused by a closed network and
 # logged; Playwright's launch() adds --headless and a new, empty --user-data-dir of its own.
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

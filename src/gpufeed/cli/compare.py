@@ -31,9 +31,12 @@ GATE_EXIT = 3
 
 
 def percent(text: str) -> float:
-    value = float(text.rstrip("%"))
-    if not 0.0 <= value < 1000.0:
-        raise argparse.ArgumentTypeError(f"must be a percentage from 0, got {text}")
+    try:
+        value = float(text.rstrip("%"))
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value < 1000.0:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"must be a percentage such as 10 (0 to 999), got {text}")
     return value
 
 
@@ -106,9 +109,9 @@ def finish(comparison, args) -> int:
     body = to_jsonable(comparison.to_json())
     outcome = gate(comparison, args.fail_if_slower) if args.fail_if_slower is not None else None
     body["gate"] = None if outcome is None else to_jsonable(outcome)
-    emitted = emit_document(body, "compare", args)
     if args.json != "-":
         show(body)
+    emitted = emit_document(body, "compare", args)
     if args.markdown:
         from gpufeed.report.document import about
 

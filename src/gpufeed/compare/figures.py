@@ -31,11 +31,17 @@ def _real(interval: Interval | None, difference: float | None, reference: float 
 
 
 def _matched(base: list[Series], new: list[Series]) -> list[tuple[Series | None, Series | None]]:
-    """Pairs of series by key, BASE's order first, then those only NEW has (None for the run without)."""
+    """Pairs of series by key in BASE's order; a series only NEW has goes right after the one before it in NEW's
+    order (hand-over, with workers, under data wait), None standing for the run without it."""
     new_by_key = {series.key: series for series in new}
-    base_keys = {series.key for series in base}
     matched = [(series, new_by_key.get(series.key)) for series in base]
-    matched += [(None, series) for series in new if series.key not in base_keys]
+    for index, series in enumerate(new):
+        keys = [(first or second).key for first, second in matched]
+        if series.key in keys:
+            continue
+        before = new[index - 1].key if index else None
+        place = keys.index(before) + 1 if before in keys else (0 if before is None else len(matched))
+        matched.insert(place, (None, series))
     return matched
 
 
@@ -65,8 +71,8 @@ def run_values(runs: list[list[Series]], key: str) -> list[float | None]:
 def pair_figures(base_runs: list[list[Series]], new_runs: list[list[Series]], step_ms: float | None) -> list[Figure]:
     """Figures of runs made in pairs (base_runs[i] then new_runs[i]): each run's value, the medians over the runs
     as BASE and NEW, and the range of the pairs' differences as the interval (one pair: not computed)."""
-    order: list[Series] = []
-    seen: set[str] = set()
+    order = [first or second for first, second in _matched(base_runs[0], new_runs[0])]
+    seen = {series.key for series in order}
     for run in [*base_runs, *new_runs]:
         for series in run:
             if series.key not in seen:

@@ -36,7 +36,9 @@ def _words(names: list[str]) -> str:
 
 
 def parts_phrase(figures: list[Figure]) -> str:
-    """The parts that moved (largest first, with the largest part inside each) and those that did not."""
+    """The parts that moved (largest first, each with the part inside it that moved most the same way: with loader
+    workers, getitem and collate run beside the loop, and may slow while the loop's wait shrinks) and those that
+    did not."""
     parts = [f for f in figures if f.level == 0 and f.unit == "ms a step" and f.key not in ("step",)
              and f.difference is not None]
     moved = sorted((f for f in parts if f.real), key=lambda f: -abs(f.difference))
@@ -44,7 +46,8 @@ def parts_phrase(figures: list[Figure]) -> str:
     phrases = []
     for part in moved[:SHOWN_PARTS]:
         text = f"{part.name} {_signed(part.difference, part.unit)}"
-        inside = [f for f in figures if f.key in CHILDREN.get(part.key, ()) and f.real and f.difference is not None]
+        inside = [f for f in figures if f.key in CHILDREN.get(part.key, ()) and f.real and f.difference is not None
+                  and (f.difference > 0) == (part.difference > 0)]  # a part inside that moved the same way
         if inside:
             top = max(inside, key=lambda f: abs(f.difference))
             text += f" ({top.name} {_signed(top.difference, top.unit)})"
