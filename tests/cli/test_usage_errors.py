@@ -17,7 +17,8 @@ BAD_VALUES = [
     ("doctor", ["--steps", "0"], "argument --steps: must be at least 1, got 0"),
     ("report", [], "the following arguments are required: RUN.json"),
     ("compare", ["base.json"], "the following arguments are required: NEW.json"),
-    ("compare", ["--fail-if-slower", "x", "a.json", "b.json"], "argument --fail-if-slower: must be a percentage such as 10 (0 to 999), got x"),
+    ("compare", ["--fail-if-slower", "x", "a.json", "b.json"],
+     "argument --fail-if-slower: must be a percentage such as 10 (0 to 999), got x"),
 ]
 
 

@@ -1,7 +1,8 @@
 """A train result's figures: throughput, time per sample, step time, data wait and compute (the rest of the
-step: forward, backward and optimizer) from its per-step records (`per_step`, format 2), then device busy, the final validation accuracy and loss, and the run's seconds (one value
-a run: compared without an interval). A format-1 result has no per-step records: its throughput and data wait are
-the run's totals, compared without an interval."""
+step: forward, backward and optimizer) from its per-step records (`per_step`, format 2), then device busy, the
+final validation accuracy and loss, and the run's seconds (one value a run: compared without an interval). A
+format-1 result has no per-step records: its throughput and data wait are the run's totals, compared without an
+interval."""
 
 from __future__ import annotations
 

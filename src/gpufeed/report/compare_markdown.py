@@ -3,7 +3,6 @@ gate's sentence, what differs between the runs, and a table of the figures. A pu
 
 from __future__ import annotations
 
-
 SHARES = ("of the time", "of the samples")  # figures that are fractions, shown as percentages
 
 
