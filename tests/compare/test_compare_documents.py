@@ -52,7 +52,8 @@ def test_a_difference_buried_in_noise_is_no_change_with_its_interval():
     assert comparison.slower_real is False
     low, high = comparison.slower_interval
     assert low < 0.0 < high
-    assert comparison.headline.startswith(f"no change per sample (NEW {comparison.slower:+.1%}, within the noise: "
+    assert comparison.headline.startswith(f"no change per sample (NEW's time per sample {comparison.slower:+.1%}, "
+                                          f"within the noise: "
                                           f"{low:+.1%} to {high:+.1%})")
     assert figure(comparison, "data_wait").real is False
     outcome = gate(comparison, 0.0)  # slower by more than 0%, perhaps, but not beyond the noise
@@ -141,6 +142,18 @@ def test_bench_results_compare_each_figure_and_the_training_steps_per_sample():
     assert comparison.headline.startswith("NEW takes 2.0x BASE's time per sample in its training steps")
     same = compare_documents(bench_document(1.0, seed=1), bench_document(1.0, seed=2))
     assert same.slower_real is False
+
+
+@pytest.mark.parametrize("slower, words", [
+    (0.23, "NEW is 23% slower per sample"), (0.004, "NEW is 0.4% slower per sample"),
+    (7.9, "NEW takes 8.9x BASE's time per sample"), (1 / 1.12 - 1, "NEW is 12% faster per sample"),
+    (0.48 - 1, "NEW is 2.08x as fast per sample"), (1 / 1.004 - 1, "NEW is 0.4% faster per sample"),
+])
+def test_faster_is_said_in_rate_and_slower_in_time(slower, words):
+    """0.48 of BASE's time per sample is 2.08x the samples a second, not "52% faster"."""
+    from gpufeed.compare.model import per_sample_words
+
+    assert per_sample_words(slower) == words
 
 
 def test_the_bootstrap_interval_matches_the_normal_theory_one_on_independent_steps():

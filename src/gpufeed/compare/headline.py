@@ -4,7 +4,8 @@ the most (and the part inside it that moved the most), then the parts that did n
     NEW is 23% slower per sample: data wait +12.1 ms a step (getitem +11.8 ms a batch); forward, backward and
     optimizer unchanged
 
-A change within the noise reads "no change per sample (NEW +1.2%, within the noise: -4.0% to +6.1%)"; one whose
+A change within the noise reads "no change per sample (NEW's time per sample +1.2%, within the noise: -4.0% to
++6.1%)"; one whose
 significance could not be computed says so. Across two machines the headline starts by saying so."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def per_sample_phrase(slower: float | None, interval: tuple[float, float] | None
         return f"{per_sample_words(slower)} (whether that is real could not be computed: {why_not})"
     if not real:
         spread = f": {interval[0]:+.1%} to {interval[1]:+.1%}" if interval else ""
-        return f"no change per sample (NEW {slower:+.1%}, within the noise{spread})"
+        return f"no change per sample (NEW's time per sample {slower:+.1%}, within the noise{spread})"
     return per_sample_words(slower)
 
 

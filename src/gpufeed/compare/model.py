@@ -114,12 +114,17 @@ class GateOutcome:
 
 
 def per_sample_words(slower: float) -> str:
-    """NEW's change per sample in words: "NEW is 23% slower per sample", "NEW is 0.4% faster per sample", "NEW
-    takes 8.9x BASE's time per sample" (from twice the time on)."""
+    """NEW's change per sample in words, slower in time and faster in rate, as people say them: "NEW is 23%
+    slower per sample" (23% more time), "NEW takes 8.9x BASE's time per sample" (from twice the time), "NEW is
+    12% faster per sample" (12% more samples a second), "NEW is 2.08x as fast per sample" (from 1.5x)."""
     if slower >= 1.0:
         return f"NEW takes {1.0 + slower:.1f}x BASE's time per sample"
-    digits = 0 if abs(slower) >= 0.01 else 1
-    return f"NEW is {abs(slower):.{digits}%} {'slower' if slower > 0 else 'faster'} per sample"
+    if slower >= 0.0:
+        return f"NEW is {slower:.{0 if slower >= 0.01 else 1}%} slower per sample"
+    speedup = 1.0 / (1.0 + slower)
+    if speedup >= 1.5:
+        return f"NEW is {speedup:.2f}x as fast per sample"
+    return f"NEW is {speedup - 1.0:.{0 if speedup >= 1.01 else 1}%} faster per sample"
 
 
 def gate(comparison: Comparison, percent: float) -> GateOutcome:
@@ -137,7 +142,7 @@ def gate(comparison: Comparison, percent: float) -> GateOutcome:
                                            f"could not be computed ({comparison.method})")
     if not comparison.slower_real:
         low, high = comparison.slower_interval or (None, None)
-        within = f" ({low:+.1%} to {high:+.1%})" if low is not None else ""
+        within = f" (time per sample {low:+.1%} to {high:+.1%})" if low is not None else ""
         return GateOutcome(False, percent, f"gate ({percent:g}%): passed, {words} but within the "
                                            f"noise{within}")
     return GateOutcome(True, percent, f"gate ({percent:g}%): failed, {words}, beyond the noise "
