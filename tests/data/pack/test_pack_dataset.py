@@ -263,7 +263,7 @@ def test_pack_takes_any_map_style_dataset_and_refuses_other_objects(tmp_path):
 
     with pytest.raises(ConfigError, match="IterableDataset .*has no items by index"):
         gpufeed.pack(Stream(), tmp_path / "x.gpuf")
-    with pytest.raises(ConfigError, match="SRC is an int .*map-style Dataset"):
+    with pytest.raises(ConfigError, match="the source is an int .*map-style Dataset"):
         gpufeed.pack(42, tmp_path / "x.gpuf")
     with pytest.raises(ConfigError, match="holds no items"):
         gpufeed.pack([], tmp_path / "x.gpuf")

@@ -95,7 +95,8 @@ class PackOptions:
 
     def __post_init__(self):
         if not isinstance(self.max_side, int) or self.max_side <= 0:
-            raise ConfigError(f"--max-side must be a positive number of pixels, got {self.max_side!r}")
+            raise ConfigError(f"max_side must be a positive number of pixels, got {self.max_side!r}",
+                              command_line=f"--max-side must be a positive number of pixels, got {self.max_side!r}")
 
 
 @dataclass(frozen=True)

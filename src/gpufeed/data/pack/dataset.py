@@ -191,11 +191,14 @@ def _write(stream: Iterator[list[ItemRead]], writer: PackWriter | TableWriter | 
 def _length(dataset: Any) -> int:
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(dataset, torch.utils.data.IterableDataset):
-        raise ConfigError(f"SRC is an IterableDataset ({type(dataset).__name__}), which has no items by index; pack "
-                          f"a map-style Dataset (with __len__ and __getitem__), or its images with pack_arrays")
+        what = f"an IterableDataset ({type(dataset).__name__}), which has no items by index"
+        raise ConfigError(f"the source is {what}; pack a map-style Dataset (with __len__ and __getitem__), or its "
+                          f"images with pack_arrays", command_line=f"SRC is {what}")
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
-        raise ConfigError(f"SRC is {described(dataset)}: give a folder, a .npz file, 'builtin', or a map-style "
-                          f"Dataset (with __len__ and __getitem__) whose items are (image, label)")
+        fix = ("give a folder, a .npz file, 'builtin', or a map-style Dataset (with __len__ and __getitem__) whose "
+               "items are (image, label)")
+        raise ConfigError(f"the source is {described(dataset)}: {fix}",
+                          command_line=f"SRC is {described(dataset)}: {fix}")
     count = len(dataset)
     if count == 0:
         raise ConfigError(f"the Dataset ({type(dataset).__name__}) holds no items; give at least one")
