@@ -74,7 +74,7 @@ def test_other_settings_are_listed_as_differences():
     new = doctor_document(waits, batch=64)
     new["about"]["gpufeed"] = "99.0"
     new["about"]["argv"] = ["gpufeed", "doctor", "--json", "x.json", "train.py", "--lr", "0.1"]
-    lines, _ = compare_documents(doctor_document(waits), new).conditions, None
+    lines = compare_documents(doctor_document(waits), new).conditions
     assert "batch size: 32 (BASE) vs 64 (NEW)" in lines
     assert any(line.startswith("gpufeed: ") for line in lines)
     assert any("rules may grade the same run differently" in line for line in lines)

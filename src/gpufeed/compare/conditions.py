@@ -72,9 +72,9 @@ def _bench_settings(document: dict) -> dict[str, str]:
 SETTINGS = {"doctor": _doctor_settings, "train": _train_settings, "bench": _bench_settings}
 
 
-def differences(command: str, base: dict, new: dict, same_command_line: bool = False) -> tuple[list[str], bool]:
-    """Lines naming what differs (machine first), and whether the machines differ. `same_command_line`: the
-    command lines are expected to differ (the A/B mode runs two commands) and are not listed."""
+def differences(command: str, base: dict, new: dict, command_lines: bool = True) -> tuple[list[str], bool]:
+    """Lines naming what differs (machine first), and whether the machines differ. `command_lines=False`: the
+    command lines differ by design (the A/B mode runs two commands) and are not listed."""
     lines = []
     first, second = machine_of(base), machine_of(new)
     for key in first:
@@ -88,7 +88,7 @@ def differences(command: str, base: dict, new: dict, same_command_line: bool = F
         one, other = base_settings.get(key, "none"), new_settings.get(key, "none")
         if one != other:
             lines.append(f"{key}: {one} (BASE) vs {other} (NEW)")
-    if not same_command_line:
+    if command_lines:
         one, other = command_words(base), command_words(new)
         if one != other:
             lines.append(f"command: `{' '.join(one)}` (BASE) vs `{' '.join(other)}` (NEW)")

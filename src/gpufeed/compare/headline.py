@@ -25,7 +25,8 @@ def per_sample_phrase(slower: float | None, interval: tuple[float, float] | None
     if slower is None:
         return "the time per sample was not compared"
     if real is None:
-        return f"{per_sample_words(slower)} (whether that is real could not be computed: {why_not})"
+        return f"{per_sample_words(slower)} (whether that is real could not be computed" + \
+            (f": {why_not})" if why_not else ")")
     if not real:
         spread = f": {interval[0]:+.1%} to {interval[1]:+.1%}" if interval else ""
         return f"no change per sample (NEW's time per sample {slower:+.1%}, within the noise{spread})"

@@ -108,7 +108,7 @@ def compare_pairs(base_runs: list[dict], new_runs: list[dict], base: Side, new: 
                            [doctor.doctor_series(d, parts) for d in new_runs], doctor.step_ms(base_runs[0]))
     figures = [f for f in figures if not f.key.startswith("rank ")] + \
         [f for f in figures if f.key.startswith("rank ")]
-    lines, across = conditions.differences("doctor", base_runs[0], new_runs[0], same_command_line=True)
+    lines, across = conditions.differences("doctor", base_runs[0], new_runs[0], command_lines=False)
     findings, verdicts, notes = doctor_extras(base_runs[0], new_runs[0])
     notes = [*notes, "findings and verdicts: those of the first pair"]
     slower, interval, real = slower_of("doctor", figures)
