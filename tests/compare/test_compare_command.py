@@ -67,6 +67,9 @@ def test_wrong_input_is_one_line_and_exit_2(tmp_path, slower_pair, capsys):
     assert main(["compare", "--fail-if-slower", "ten", *slower_pair]) == 2
     assert main(["compare", "--markdown", slower_pair[0], *slower_pair]) == 2  # would overwrite BASE
     assert "--markdown" in capsys.readouterr().err
+    markdown = str(tmp_path / "same.md")
+    assert main(["compare", "--markdown", markdown, "--html", markdown, *slower_pair]) == 2
+    assert "--html and --markdown name the same file" in capsys.readouterr().err
 
 
 def test_markdown_json_and_page(slower_pair, tmp_path, capsys):

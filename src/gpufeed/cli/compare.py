@@ -9,7 +9,6 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document
-from gpufeed.errors import GpufeedError
 from gpufeed.report.compare_markdown import cell, judged
 
 EXAMPLES = """examples:
@@ -121,22 +120,8 @@ def finish(comparison, args) -> int:
     return GATE_EXIT if outcome is not None and outcome.failed else 0
 
 
-def check_markdown_path(args, inputs: tuple = ()) -> None:
-    from pathlib import Path
-
-    path = args.markdown
-    if path is None:
-        return
-    if path == "-" or Path(path).is_dir() or not Path(path).parent.exists():
-        raise GpufeedError(f"cannot write --markdown {path}: give a file name in a folder that exists")
-    for other in (*inputs, getattr(args, "json", None), getattr(args, "html", None)):
-        if other not in (None, "-") and Path(other).resolve() == Path(path).resolve():
-            raise GpufeedError(f"--markdown {path} is also {other}: give each output its own file name")
-
-
 def run(args) -> int:
     from gpufeed.compare.documents import compare_files
 
     check_output_paths(args, inputs=(args.base, args.new))
-    check_markdown_path(args, inputs=(args.base, args.new))
     return finish(compare_files(args.base, args.new), args)

@@ -38,7 +38,7 @@ def sides(args):
 
 
 def run(args) -> int:
-    from gpufeed.cli.compare import check_markdown_path, finish
+    from gpufeed.cli.compare import finish
     from gpufeed.compare.pairs import Watch, order, run_pairs
 
     if args.try_fixes:
@@ -47,7 +47,6 @@ def run(args) -> int:
     base, new = sides(args)
     inputs = tuple(side.target for side in (base, new) if not side.is_module)
     check_output_paths(args, inputs=inputs)
-    check_markdown_path(args, inputs=inputs)
     runs = len(order(args.pairs))
     error_console.print(f"gpufeed doctor: A/B, {args.pairs} pair{'s' * (args.pairs != 1)} of runs (BASE: "
                         f"{' '.join(base.words())}; NEW: {' '.join(new.words())}), {runs} runs of {args.warmup} + "

@@ -45,29 +45,31 @@ def add_html_flag(parser) -> None:
 
 
 def check_output_paths(args, inputs: tuple[str | Path, ...] = ()) -> None:
-    """Fail before the work when --json or --html names a file in a folder that does not exist, a folder, one of
-    the command's `inputs`, or the same file as the other flag (the page would overwrite the document)."""
+    """Fail before the work when --json, --html or --markdown names a file in a folder that does not exist, a
+    folder, one of the command's `inputs`, or the same file as another of these flags (one would overwrite the
+    other); only --json may be '-'."""
     chosen = {}
-    for flag in ("json", "html"):
+    for flag in ("json", "html", "markdown"):
         path = getattr(args, flag, None)
-        if path in (None, "-"):
+        if path is None or (path == "-" and flag == "json"):
             continue
+        if path == "-":
+            raise GpufeedError(f"--{flag} needs a file name (it does not go to standard output)")
         if not Path(path).parent.exists():
             raise GpufeedError(f"cannot write --{flag} {path}: folder {Path(path).parent} does not exist; "
                                f"create it first")
         if Path(path).is_dir():
             raise GpufeedError(f"cannot write --{flag} {path}: it is a folder; give a file name, such as "
-                               f"{Path(path) / ('run.' + flag)}")
+                               f"{Path(path) / ('run.' + ('md' if flag == 'markdown' else flag))}")
         for source in inputs:
             if _same_file(path, source):
                 raise GpufeedError(f"--{flag} {path} is the command's input {source}: writing it would destroy it; "
                                    f"give another file name")
+        for other, other_path in chosen.items():
+            if _same_file(path, other_path):
+                raise GpufeedError(f"--{other} and --{flag} name the same file ({path}): one would overwrite the "
+                                   f"other; give each its own name")
         chosen[flag] = path
-    if len(chosen) == 2 and _same_file(chosen["json"], chosen["html"]):
-        raise GpufeedError(f"--json and --html name the same file ({chosen['html']}): the page would overwrite the "
-                           f"document; give each its own name")
-    if getattr(args, "html", None) == "-":
-        raise GpufeedError("--html needs a file name (the page does not go to standard output)")
 
 
 def _same_file(first: str | Path, second: str | Path) -> bool:
