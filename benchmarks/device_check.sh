@@ -12,10 +12,13 @@
 #     --platform manylinux2014_x86_64 -d shared/wheels; done                                # 0.4 MB each
 # then run with carry=["shared/wheels"]. Without them the GPU-decode steps say so and are skipped.
 #
-# Time: each step's estimate (one H200, 16 cores) is in its comment, about 450 s in all. Each step also has a
+# Time: each step's estimate (one H200, 16 cores) is in its comment, about 460 s in all. Each step also has a
 # limit, and `within` cuts any limit to what is left of BUDGET_S (470 s) since the start, and skips a step when
 # under 10 s are left, so the whole script ends before 8 minutes even when steps run long.
-set -u
+#
+# Exit status: 1 when a test step (pytest) failed, timed out or was skipped for want of time, after every step has
+# run, so the other figures still come back; the log ends with the test steps' statuses. 0 otherwise.
+set -u -o pipefail  # a piped step's status is its command's (pytest's), not that of the `tail` it is piped into
 OUT=${OUT:-$(mktemp -d)}
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 export GPUFEED_CACHE="$OUT/cache"
@@ -32,6 +35,18 @@ within() {  # within LIMIT COMMAND...: COMMAND under timeout, LIMIT seconds or w
     return 124
   fi
   timeout "$limit" "$@"
+}
+FAILED_STEPS=()
+record_tests() {  # record_tests NAME STATUS: say how a pytest step ended; remember a failure for the exit status
+  local why="a test failed"
+  case $2 in
+    0) echo "$1: passed"; return ;;
+    124) why="timed out, or skipped for want of time" ;;
+    5) why="no test was collected" ;;
+    2|3|4) why="pytest was interrupted or could not run" ;;
+  esac
+  echo "$1: FAILED (exit status $2: $why)"
+  FAILED_STEPS+=("$1")
 }
 {
   step "machine"  # est 10 s
@@ -50,12 +65,16 @@ within() {  # within LIMIT COMMAND...: COMMAND under timeout, LIMIT seconds or w
     echo "no nvImageCodec wheel in $WHEELS: the GPU-decode tests skip and its timing is not measured (see the header)"
   fi
 
-  step "GPU tests (the CUDA paths of the feed and the trainer)"  # est 60 s
+  # est 70 s; "cuda" in a test's id selects the CUDA variants of tests that also run on the CPU (the transfer ring
+  # and the resident data: tests/data/feed/test_transfer_ring.py, test_resident_data.py)
+  step "GPU tests (the CUDA paths of the feed and the trainer)"
   within 150 python3 -m pytest -q -x -p no:cacheprovider -k "cuda or gpu" --ignore=tests/doctor/test_gpu_scripts.py \
     tests/ 2>&1 | tail -15
+  record_tests "GPU tests" $?
 
   step "doctor: the GPU bottleneck scripts' tests (verdicts and key findings)"  # est 40 s: 4 tests of 5-10 s
   within 90 python3 -m pytest -q -p no:cacheprovider -rs tests/doctor/test_gpu_scripts.py 2>&1 | tail -25
+  record_tests "doctor GPU script tests" $?
 
   # est 70 s: item_sync 5 runs (async_item), tiny_kernels 3 runs (double_batch finds no DataLoader),
   # pageable_copy 5 (pin_memory), cpu_augment 9 (replay, workers); 35 steps a run, 5-50 ms a step
@@ -119,4 +138,9 @@ EOF
   within 60 python3 -m gpufeed plan --model resnet18 --input 3x64x64 --batch-size 64 --grad-accumulation 2 --check --json "$OUT/plan_check_accumulating.json" | tail -4
 
   step "done"
+  if (( ${#FAILED_STEPS[@]} )); then
+    printf 'test step failed: %s\n' "${FAILED_STEPS[@]}"
+    exit 1  # the block's status; pipefail makes it the pipeline's, and so the script's
+  fi
+  echo "test steps: all passed"
 } 2>&1 | tee "$OUT/device_check.log"

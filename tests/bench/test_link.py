@@ -2,6 +2,7 @@
 on a CUDA GPU (skipped without one). The PCIe figures themselves are tests/hardware/test_pcie.py's."""
 
 import statistics
+import time
 
 import pytest
 import torch
@@ -83,14 +84,20 @@ def test_link_reading_without_nvml_names_why():
     assert theoretical is None and "no copy was timed" in why
 
 
+@pytest.mark.timing
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_measure_link_on_cuda():
+    started = time.perf_counter()
     results, unmeasured = measure_link("cuda", sizes_bytes=(16 * MIB,), repeats=3)
+    around_s = time.perf_counter() - started
+    # no lower bound on the rate (an upper bound on the time): what it guarded (seconds in the wrong unit, a copy
+    # counted twice) is that the timed copies fit in the time around them; < 1000 GB/s is a lower bound on it
+    assert sum(sum(result.seconds) for result in results) <= around_s
     kinds = {(r.direction, r.pinned) for r in results}
     assert kinds == {("host_to_device", False), ("host_to_device", True), ("device_to_host", False),
                      ("device_to_host", True)}
     for result in results:
-        assert result.bytes == 16 * MIB and result.runs == 3 and 0.1 < result.gb_per_s < 1000
+        assert result.bytes == 16 * MIB and result.runs == 3 and 0 < result.gb_per_s < 1000
         assert len(result.seconds) == 3 and result.gb_per_s == result.bytes / statistics.median(result.seconds) / 1e9
         if result.theoretical_gb_per_s is None:
             assert any("theoretical" in line for line in unmeasured)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 from pathlib import Path
@@ -12,16 +11,6 @@ import pytest
 from gpufeed.cli.main import main
 
 FIXTURES = Path(__file__).parent.parent / "report" / "fixtures"
-
-
-def need_page_module(command: str) -> None:
-    name = f"gpufeed.report.{command}_page"
-    try:
-        importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name != name:
-            raise
-        pytest.skip(f"page module not written yet ({name})")
 
 
 def fixture(command: str) -> dict:
@@ -121,7 +110,6 @@ def test_folder_instead_of_a_file(capsys: pytest.CaptureFixture[str], tmp_path: 
 
 @pytest.mark.parametrize("command", ["train", "doctor"])
 def test_damaged_field_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str) -> None:
-    need_page_module(command)
     document = fixture(command)
     document["timeline"] = "not a timeline"
     source = write_json(tmp_path / "damaged.json", document)
@@ -139,7 +127,6 @@ def test_html_into_a_missing_folder(capsys: pytest.CaptureFixture[str], tmp_path
 
 
 def test_default_page_is_beside_the_document(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    need_page_module("plan")
     source = tmp_path / "RUN.json"
     shutil.copy(FIXTURES / "plan.json", source)
     assert main(["report", str(source)]) == 0
@@ -151,7 +138,6 @@ def test_default_page_is_beside_the_document(capsys: pytest.CaptureFixture[str],
 
 
 def test_json_to_standard_output(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    need_page_module("train")
     target = tmp_path / "page.html"
     assert main(["report", str(FIXTURES / "train.json"), "--html", str(target), "--json", "-"]) == 0
     result = json.loads(capsys.readouterr().out)  # fails if anything but the JSON was printed

@@ -4,10 +4,7 @@ the document, and both end to end on real runs of a script whose __getitem__ is 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -92,48 +89,79 @@ def test_markdown_json_and_page(slower_pair, tmp_path, capsys):
     assert rebuilt.read_text(encoding="utf-8").count('<figure class="chart"') == 2
 
 
-def _doctor(tmp_path: Path, name: str, env: dict, *words: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gpufeed", "doctor", *words], cwd=tmp_path, capture_output=True,
-                          text=True, env={**os.environ, **env}, timeout=300)
+def _per_batch_ms(document: dict, field: str) -> float:
+    """A loader part's ms a batch by hand: its seconds over the batches, summed over the watched steps (0.0 when
+    no step measured it)."""
+    splits = [step["loader_split"] for step in document["timeline"]["steps"] if step.get("loader_split")]
+    measured = [split for split in splits if split.get(field) is not None and split.get("batches")]
+    batches = sum(split["batches"] for split in measured)
+    return 1000.0 * sum(split[field] for split in measured) / batches if batches else 0.0
 
 
-def test_one_script_run_twice_with_a_slower_getitem_the_second_time(tmp_path):
-    """End to end: two doctor runs, the second with __getitem__ sleeping 1 ms a sample (8 ms a batch)."""
-    for name, sleep in (("before", "0"), ("after", "1")):
-        done = _doctor(tmp_path, name, {"GPUFEED_TEST_GETITEM_MS": sleep}, "--steps", "20", "--warmup", "3",
-                       "--profile-steps", "0", "--json", f"{name}.json", str(SCRIPT))
-        assert done.returncode == 0, done.stderr
-    done = subprocess.run([sys.executable, "-m", "gpufeed", "compare", "--fail-if-slower", "10", "before.json",
-                           "after.json"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 3, done.stdout + done.stderr
-    headline = done.stdout.splitlines()[0]
+@pytest.mark.slow
+@pytest.mark.timing
+def test_one_script_run_twice_with_a_slower_getitem_the_second_time(tmp_path, monkeypatch, capsys):
+    """End to end, in this process: two doctor runs, the second with __getitem__ sleeping 4 ms a sample (32 ms a
+    batch), and compare on their documents. The gate's margin: 32 ms more on a step of 1-3 ms is 10 or more times
+    slower per sample; BASE's steps would have to stall 30 ms each on average to bring it near the 10%."""
+    monkeypatch.chdir(tmp_path)
+    for name, sleep in (("before", "0"), ("after", "4")):
+        monkeypatch.setenv("GPUFEED_TEST_GETITEM_MS", sleep)
+        assert main(["doctor", "--steps", "40", "--warmup", "3", "--profile-steps", "0", "--json", f"{name}.json",
+                     str(SCRIPT)]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--fail-if-slower", "10", "before.json", "after.json"]) == 3
+    headline = capsys.readouterr().out.splitlines()[0]
     assert headline.startswith("NEW takes ") and "data wait +" in headline and "(getitem +" in headline
     getitem_ms = float(headline.split("(getitem +")[1].split(" ms")[0])
-    assert 8.0 <= getitem_ms < 12.0  # 8 samples x 1 ms of sleep a batch, plus the sleeps' overshoot
+    before, after = (json.loads((tmp_path / f"{name}.json").read_text(encoding="utf-8")) for name in ("before",
+                                                                                                     "after"))
+    assert _per_batch_ms(after, "getitem_s") >= 32.0  # 8 samples x 4 ms of sleep a batch: sleeps only overrun
+    # the headline's figure is the documents' own, by hand, to its one decimal
+    assert getitem_ms == pytest.approx(_per_batch_ms(after, "getitem_s") - _per_batch_ms(before, "getitem_s"),
+                                       abs=0.051)
+    # no upper bound on time: what `< 12 ms` guarded (getitem counted twice, or outside the wait) is that, with
+    # no workers, each batch's getitem runs inside its step's data wait, in the same run
+    for step in after["timeline"]["steps"]:
+        assert step["loader_split"]["batches"] == 1
+        assert step["loader_split"]["getitem_s"] <= step["data_wait_s"]
 
 
 def test_the_pairs_run_alternately_after_a_warm_up():
     assert order(3) == [(-1, "base"), (0, "base"), (0, "new"), (1, "new"), (1, "base"), (2, "base"), (2, "new")]
 
 
-def test_ab_mode_on_two_scripts_writes_one_comparison(tmp_path):
-    """End to end on two scripts, one pair (three runs: the suite's time): one pair has no spread, so the gate
-    passes and says the significance could not be computed (the pairs' judgement: the test below)."""
+@pytest.mark.slow
+@pytest.mark.timing
+def test_ab_mode_on_two_scripts_writes_one_comparison(tmp_path, monkeypatch, capsys):
+    """End to end on two scripts, one pair (three runs: the suite's time; the A/B command in this process, its runs
+    in their own, as always): the runs alternate after a warm-up, the comparison is written as JSON and Markdown,
+    and one pair has no spread, so the gate passes (the judgement of one pair and of several: the tests below)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GPUFEED_TEST_GETITEM_MS", raising=False)
     source = SCRIPT.read_text(encoding="utf-8")
     shutil.copy(SCRIPT, tmp_path / "base.py")
     (tmp_path / "new.py").write_text(source.replace('GPUFEED_TEST_GETITEM_MS", "0"', 'GPUFEED_TEST_GETITEM_MS", "1"'),
                                      encoding="utf-8")
-    done = _doctor(tmp_path, "ab", {}, "--baseline", "base.py", "--pairs", "1", "--steps", "10", "--warmup", "2",
-                   "--fail-if-slower", "10", "--json", "ab.json", "--markdown", "ab.md", "new.py")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "run 1/3: warm-up (baseline, not counted)" in done.stderr and "run 3/3: pair 1: NEW" in done.stderr
+    status = main(["doctor", "--baseline", "base.py", "--pairs", "1", "--steps", "10", "--warmup", "2",
+                   "--fail-if-slower", "10", "--json", "ab.json", "--markdown", "ab.md", "new.py"])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert "run 1/3: warm-up (baseline, not counted)" in err and "run 3/3: pair 1: NEW" in err
     saved = json.loads((tmp_path / "ab.json").read_text(encoding="utf-8"))
     assert saved["mode"] == "pairs" and saved["base"] == "base.py" and saved["new"] == "new.py"
-    assert len(saved["pairs"]) == 1 and saved["pairs"][0]["ratio"] > 1.5  # 8 ms of sleep on a ~1 ms step
-    assert saved["slower"] > 0.5 and saved["slower_real"] is None
-    assert "one pair has no spread" in saved["headline"] and "could not be computed" in saved["gate"]["sentence"]
-    data_wait = next(f for f in saved["figures"] if f["key"] == "data_wait")
-    assert data_wait["new"] - data_wait["base"] > 7.0  # ms a step
+    # No direction is asserted on these real runs: with one pair of 10 steps a loaded machine can stall BASE's
+    # steps for longer than NEW sleeps (measured: BASE 47 ms a step, NEW 11). The one-pair judgement is the test
+    # below, on hand-made runs. Here: the figures agree with each other, and NEW's sleeps bound it from below.
+    pair = saved["pairs"][0]
+    assert len(saved["pairs"]) == 1 and pair["key"] == "ms_per_sample"
+    assert pair["ratio"] == pytest.approx(pair["new"] / pair["base"]) and saved["slower"] == pytest.approx(
+        pair["ratio"] - 1.0)
+    assert saved["slower_real"] is None and "one pair has no spread" in saved["headline"]
+    assert saved["gate"]["sentence"].startswith("gate (10%): passed") and not saved["gate"]["failed"]
+    figures = {f["key"]: f for f in saved["figures"]}
+    assert figures["data_wait"]["new"] >= 8.0  # ms a step: NEW's 8 sleeps of 1 ms are inside every step's wait
+    assert figures["getitem"]["new"] >= 8.0  # ms a batch
     assert (tmp_path / "ab.md").read_text(encoding="utf-8").startswith("### gpufeed compare (doctor)")
 
 
@@ -157,6 +185,20 @@ def test_pairs_that_all_moved_the_same_way_are_real_and_gate_and_mixed_ones_are_
     assert mixed.slower_real is False and mixed.headline.startswith("no change per sample")
     outcome = gate(mixed, 1.0)
     assert not outcome.failed and "within the noise" in outcome.sentence
+
+
+def test_one_pair_is_judged_without_a_significance_and_the_gate_says_so():
+    """compare_pairs on one hand-made pair, NEW 10 ms slower in data wait a step: no spread, so whether it is
+    real is not computed, and a 10% gate passes saying so (what the A/B end-to-end run cannot assert on a loaded
+    machine)."""
+    base_wait = waits(20)
+    one = compare_pairs([doctor_document(base_wait)], [doctor_document(base_wait + 10.0)], Side("a.py", ()),
+                        Side("b.py", ()))
+    assert one.mode == "pairs" and one.slower_real is None and one.slower_interval is None
+    assert one.slower == pytest.approx((base_wait + 10.0 + 12.0).mean() / (base_wait + 12.0).mean() - 1.0)
+    assert "one pair has no spread" in one.headline
+    outcome = gate(one, 10.0)
+    assert not outcome.failed and "could not be computed" in outcome.sentence
 
 
 def test_ab_mode_refuses_a_baseline_that_is_the_same_command(tmp_path, capsys):

@@ -5,6 +5,9 @@ samples and profiled windows they hold; and lookups into the report."""
 from __future__ import annotations
 
 import dataclasses
+import time
+
+import pytest
 
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observation import (
@@ -96,3 +99,39 @@ def periodic(count, period, extra, base=0.1):
 
 def with_sm(samples, sm):
     return [dataclasses.replace(sample, sm_activity_percent=sm, tensor_activity_percent=sm / 2) for sample in samples]
+
+
+class FakeClock:
+    """The `time` module as the doctor's timing code sees it under `fake_clock`: `perf_counter()` and `monotonic()`
+    read a clock that moves only when a test calls `advance(seconds)`; every other name is the real module's."""
+
+    def __init__(self, start: float):
+        self.now = start
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+
+# every module of the doctor that reads the clock for a step's times: the step's wall time (watch.py), its parts
+# (parts.py), the loader's wait (hooks.py, wrapper.py) and the loader's parts in this process (loader_split.py)
+CLOCKED = ("gpufeed.doctor.observe.watch", "gpufeed.doctor.observe.parts", "gpufeed.doctor.observe.hooks",
+           "gpufeed.doctor.observe.loader_split", "gpufeed.doctor.wrapper")
+
+
+def fake_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """One FakeClock for every module of CLOCKED until the test ends: the times recorded are then the sums of what
+    the test advanced, exactly when it advances by binary fractions (0.25, 0.015625). It starts at a whole second
+    near the real clock's reading, so that the background sampler's time stamps stay comparable."""
+    clock = FakeClock(float(round(time.perf_counter())))
+    for module in CLOCKED:
+        monkeypatch.setattr(f"{module}.time", clock)
+    return clock

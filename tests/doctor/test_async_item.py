@@ -155,7 +155,7 @@ def test_the_methods_are_restored_when_the_run_raises() -> None:
 
 
 def test_on_the_cpu_no_read_is_deferred_and_that_is_no_gain() -> None:
-    trial = run_trial(ASYNC_ITEM, str(SCRIPTS / "compute_bound.py"), [], False, steps=3, warmup=1, repeats=1)
+    trial = run_trial(ASYNC_ITEM, str(SCRIPTS / "tiny_linear.py"), [], False, steps=3, warmup=1, repeats=1)
     assert trial.gain is None and trial.problem.startswith("no .item() or .tolist() of a CUDA tensor was deferred")
     assert unpatched()
 
@@ -183,6 +183,8 @@ def test_cuda_copies_return_the_previous_value_without_synchronizing() -> None:
 
 
 @on_gpu
+@pytest.mark.slow
+@pytest.mark.timing
 def test_deferring_the_per_step_item_speeds_up_the_gpu_sync_script(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "report.json"

@@ -1,6 +1,8 @@
 """The step's arithmetic (gpufeed.doctor.observe.flops): FLOPs counted by FlopCounterMode over one step, by operator,
 precision and layout, equal to the hand-derived counts; the training results unchanged by the count; the Watcher
-counting its last warm-up step and no watched step; and the tiny and compute-heavy scripts end to end.
+counting its last warm-up step and no watched step; and the tiny and compute-heavy scripts end to end (the tiny
+one's count only: its verdict is a time per operator near its threshold on a busy machine, so test_arithmetic_rules.py
+decides it on hand-made records).
 
 A multiply-add counts 2. For Linear(i, o) on a batch of B: the forward's addmm is 2·B·i·o; the backward's weight
 gradient (mm) is 2·B·i·o again, and the input's gradient another 2·B·i·o only when the input needs one (the first
@@ -130,26 +132,27 @@ def test_without_a_warmup_step_nothing_is_counted_and_a_note_says_so() -> None:
     assert any(note.text.startswith("FLOPs per step: not counted: no warm-up step") for note in seen.notes)
 
 
-def test_a_tiny_linear_fit_is_overhead_bound_with_its_hand_derived_flops() -> None:
-    watcher = Watcher(steps=50, warmup=2)
+def test_a_tiny_linear_fit_counts_its_hand_derived_flops() -> None:
+    # The verdict is not asserted here: launch_overhead's first way needs at most 100 us per operator, and this
+    # step's 17 operators take some 10 us each on an idle 2-core VM, 60 and more on a busy one. The same step (640
+    # FLOPs, 20 operators, 0.2 ms) is judged launch_overhead on hand-made records in test_arithmetic_rules.py.
+    watcher = Watcher(steps=3, warmup=2, profile_steps=0)
     outcome = run_script(str(SCRIPTS / "tiny_linear.py"), [], False, watcher, timeout_s=30)
-    report = diagnose(watcher.observe())
-    assert outcome.problem is None and watcher.observe().arithmetic.flops_per_step == 640  # the script's docstring
-    assert report.verdict.primary == "launch_overhead" and "compute_bound" not in [f.kind for f in report.findings]
-    found = next(f for f in report.findings if f.kind == "launch_overhead")
-    assert found.severity == "high" and found.evidence["flops_per_step"] == 640
-    step_us = 1000 * found.evidence["mean_step_ms"]
-    assert found.evidence["us_per_operator"] == pytest.approx(step_us / found.evidence["operators_per_step"])
-    assert found.evidence["fraction_of_peak"] == pytest.approx(640 / (step_us / 1e6) / found.evidence[
-        "peak_flops_per_s"])
-    assert "channels_last" not in found.fix + found.snippet and "bfloat16" not in found.snippet
-    assert "batch_size = 512" in found.snippet  # 16 x 32, sliced from tensors: no DataLoader to name
+    arithmetic = watcher.observe().arithmetic
+    assert outcome.problem is None and arithmetic.flops_per_step == 640  # the script's docstring
+    assert arithmetic.operators == (OperatorFlops("aten.addmm", "fp32", None, 320),
+                                    OperatorFlops("aten.mm", "fp32", None, 320))
+    assert arithmetic.precision == "fp32"
+    assert arithmetic.peak_flops_per_s == pytest.approx(cpu_peak(probe_cpu(), "fp32").tflops * 1e12)
 
 
+@pytest.mark.timing
 def test_a_wide_mlp_keeps_compute_bound_with_its_hand_derived_flops_and_bf16_where_the_cpu_has_it() -> None:
     watcher = Watcher(steps=5, warmup=1)
     outcome = run_script(str(SCRIPTS / "compute_bound.py"), [], False, watcher, timeout_s=30)
     report = diagnose(watcher.observe())
+    # the verdict: 0.26 of the fp32 peak against the thousandth below which a step is overhead-bound, and under 200
+    # operators a step on the CPU: far from either threshold of launch_overhead
     # batch 64 through 512 -> 512 -> 512 -> 10: forward 2·64·(512·512 + 512·512 + 512·10) = 67,764,224; the
     # weight gradients the same; the input gradients of the last two layers 2·64·(512·512 + 512·10) = 34,209,792
     assert outcome.problem is None and watcher.observe().arithmetic.flops_per_step == 2 * 67_764_224 + 34_209_792

@@ -126,6 +126,7 @@ def run_steps(profiler: StepProfiler, steps: int, adds: int = 7, muls: int = 3, 
     return False
 
 
+@pytest.mark.timing
 def test_a_real_trace_counts_exactly_the_operators_of_each_step():
     profiler = StepProfiler(steps=3)
     assert profiler.start()

@@ -1,17 +1,20 @@
 """Each watched step's compute split on the host clock (doctor/observe/parts.py): the model's forward, the optimizer
-steps and the rest (backward_s), against sleeps of known length in a script run through the doctor, in
-`gpufeed.watch`, and in the document; and the Watcher's bookkeeping of the parts on hand-fed events."""
+steps and the rest (backward_s). The bookkeeping is checked exactly on a fake clock (observations.fake_clock) that
+moves only inside the model's forward, the optimizer's step and the loop's other work, in `gpufeed.watch` and under
+the doctor's instrumentation, and on hand-fed events; once end to end against the sleeps of a script run through
+the doctor and its document, with lower bounds only and one upper bound against a deliberate gap ten times
+wider (the validation forward)."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
+from observations import fake_clock
 from test_inject import SCRIPTS, patched_state
 from torch import nn
 
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.observe.hooks import Instrumentation
 from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.doctor.ranks.context import rank_record
@@ -19,9 +22,20 @@ from gpufeed.doctor.ranks.timing import RankTimer
 from gpufeed.doctor.wrapper import watch
 
 # the script's sleeps (tests/doctor/scripts/step_parts.py), the forward's and the optimizer's doubled every other step
-FORWARD_S, OPTIMIZER_S, BACKWARD_S, SAMPLE_S, BATCH = 0.02, 0.01, 0.015, 0.001, 4
-# a sleep overshoots by well under a millisecond on an idle machine; a loaded 2-core one adds a few
-LATE_S = 0.006
+FORWARD_S, OPTIMIZER_S, BACKWARD_S, SAMPLE_S, VALIDATION_S, BATCH = 0.01, 0.01, 0.015, 0.001, 0.2, 4
+# what the fake clock advances in the in-process loops below: binary fractions, so that every sum is exact
+TICK_FORWARD_S, TICK_OPTIMIZER_S, TICK_BACKWARD_S, TICK_VALIDATION_S = 0.0625, 0.03125, 0.015625, 0.25
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """On one torch thread, as the scripts of test_real_scripts.py: on a loaded 2-core machine OpenMP's second thread
+    spins for milliseconds per operator (the parts checked here are sleeps and fake-clock moves, which the threads
+    do not change; the run's length they do)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def rest(record) -> float:
@@ -30,57 +44,121 @@ def rest(record) -> float:
                - record.optimizer_s)
 
 
+@pytest.mark.timing
+@pytest.mark.slow
 def test_a_scripts_forward_optimizer_and_backward_are_its_sleeps() -> None:
     before = patched_state()
-    watcher = Watcher(steps=6, warmup=2, profile_steps=0)
+    watcher = Watcher(steps=4, warmup=1, profile_steps=0)
     outcome = run_script(str(SCRIPTS / "step_parts.py"), ["--steps", "30"], False, watcher, timeout_s=30.0)
-    assert outcome.error is None and watcher.source == "optimizer" and len(watcher.records) == 6
+    assert outcome.error is None and watcher.source == "optimizer" and len(watcher.records) == 4
     # the optimizer's pre-hook is removed (the warning filters that the script's imports add stay: sympy's)
     assert {**patched_state(), "filters": None} == {**before, "filters": None}
-    # optimizer steps in iterations 0 (the start), 1-2 (warm-up), 3-8 (watched): record i is iteration 3 + i
+    # optimizer steps in iterations 0 (the start), 1 (warm-up), 2-5 (watched): record i is iteration 2 + i
     for index, record in enumerate(watcher.records):
-        slower = 1 + (3 + index) % 2  # the script's factor for that iteration
-        # one training forward a step; the validation forward under no_grad (another FORWARD_S) is not in it
-        assert slower * FORWARD_S <= record.forward_s < slower * FORWARD_S + LATE_S, record
-        assert slower * OPTIMIZER_S <= record.optimizer_s < slower * OPTIMIZER_S + LATE_S, record
+        slower = 1 + (2 + index) % 2  # the script's factor for that iteration: a part one step late falls short
+        assert record.forward_s >= slower * FORWARD_S, record
+        # one training forward a step (10 or 20 ms); the validation forward under no_grad (200 ms, an order of
+        # magnitude more) is not in it: counted, it would put forward_s above VALIDATION_S on any machine
+        assert record.forward_s < VALIDATION_S, record
+        assert record.optimizer_s >= slower * OPTIMIZER_S, record
         assert record.data_wait_s >= BATCH * SAMPLE_S
         assert record.backward_s == pytest.approx(rest(record), abs=1e-9)
-        # the rest holds the loss's slow backward and the validation forward
-        assert record.backward_s >= BACKWARD_S + FORWARD_S, record
+        # the rest holds the loss's slow backward and the validation forward (they would be missing from it had
+        # either been counted in another part)
+        assert record.backward_s >= BACKWARD_S + VALIDATION_S, record
     steps = diagnose(watcher.observe()).to_json()["timeline"]["steps"]
     assert [(step["forward_s"], step["optimizer_s"], step["backward_s"]) for step in steps] == [
         (record.forward_s, record.optimizer_s, record.backward_s) for record in watcher.records]
 
 
-class Sleepy(nn.Module):
-    def __init__(self, seconds: float):
+class Ticking(nn.Module):
+    """A model whose forward moves the fake clock by `seconds`, through an inner module (whose call is inside the
+    outer one's: counted once)."""
+
+    def __init__(self, clock):
         super().__init__()
-        self.seconds, self.linear = seconds, nn.Linear(3, 2)
+        self.clock, self.seconds, self.inner = clock, 0.0, nn.Linear(3, 2)
 
     def forward(self, inputs):
-        time.sleep(self.seconds)
-        return self.linear(inputs)
+        self.clock.advance(self.seconds)
+        return self.inner(inputs)
 
 
-def test_watch_splits_the_step_too_and_counts_every_call_of_the_model() -> None:
+class TickingSGD(torch.optim.Optimizer):
+    """Plain SGD whose step moves the fake clock by `seconds`. Its own step, not SGD's through super(): torch hooks
+    the step of each optimizer class that makes an instance, so a subclass calling an already hooked SGD.step
+    would run the step hooks twice."""
+
+    def __init__(self, parameters, clock):
+        super().__init__(parameters, {"lr": 0.01})
+        self.clock, self.seconds = clock, 0.0
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        self.clock.advance(self.seconds)
+        for group in self.param_groups:
+            for parameter in group["params"]:
+                if parameter.grad is not None:
+                    parameter.add_(parameter.grad, alpha=-group["lr"])
+
+
+def ticking_iteration(clock, model: Ticking, optimizer: TickingSGD, slower: int) -> None:
+    """Two micro-batches (both forwards are the step's, each followed by TICK_BACKWARD_S of the loop's own work),
+    the optimizer's step, then a validation forward under no_grad (not the step's forward)."""
+    optimizer.zero_grad()
+    for _ in range(2):
+        model.seconds = slower * TICK_FORWARD_S
+        loss = model(torch.randn(4, 3)).square().mean()
+        clock.advance(TICK_BACKWARD_S)
+        loss.backward()
+    optimizer.seconds = slower * TICK_OPTIMIZER_S
+    optimizer.step()
+    model.seconds = TICK_VALIDATION_S
+    with torch.no_grad():
+        model(torch.randn(4, 3))
+
+
+def test_under_the_doctor_each_part_is_what_the_clock_moved_in_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = fake_clock(monkeypatch)
     torch.manual_seed(0)
-    model = Sleepy(0.005)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    model = Ticking(clock)
+    optimizer = TickingSGD(model.parameters(), clock)
+    watcher = Watcher(steps=4, warmup=1, profile_steps=0)
+    instrumentation = Instrumentation(watcher)
+    watcher.start()
+    instrumentation.install()
+    try:
+        for iteration in range(7):  # optimizer steps: the start, a warm-up step, 4 watched, one after the watch
+            ticking_iteration(clock, model, optimizer, 1 + iteration % 2)
+    finally:
+        instrumentation.remove()
+        watcher.close()
+    assert watcher.source == "optimizer" and len(watcher.records) == 4
+    # record i ends with iteration 2 + i's optimizer step and began after iteration 1 + i's: it holds that
+    # iteration's validation forward, then iteration 2 + i's forwards, backward work and optimizer step
+    for index, record in enumerate(watcher.records):
+        slower = 1 + index % 2
+        assert (record.forward_s, record.optimizer_s) == (2 * slower * TICK_FORWARD_S, slower * TICK_OPTIMIZER_S)
+        assert record.wall_s == TICK_VALIDATION_S + 2 * slower * TICK_FORWARD_S + 2 * TICK_BACKWARD_S + \
+            slower * TICK_OPTIMIZER_S
+        assert record.backward_s == TICK_VALIDATION_S + 2 * TICK_BACKWARD_S and record.data_wait_s == 0.0
+
+
+def test_watch_splits_the_step_too_and_counts_every_call_of_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = fake_clock(monkeypatch)
+    torch.manual_seed(0)
+    model = Ticking(clock)
+    optimizer = TickingSGD(model.parameters(), clock)
     with watch(steps=4, warmup=1, profile_steps=0) as w:
         for _ in range(8):
-            optimizer.zero_grad()
-            for _ in range(2):  # two micro-batches a step: both forwards are the step's
-                model(torch.randn(4, 3)).square().mean().backward()
-            optimizer.step()
+            ticking_iteration(clock, model, optimizer, 1)
             w.step()
-            with torch.no_grad():
-                model(torch.randn(4, 3))  # validation: not counted
     assert w.watcher.source == "manual" and len(w.records) == 4
     for record in w.records:
-        assert 2 * 0.005 <= record.forward_s < 2 * 0.005 + LATE_S, record
-        assert 0.0 < record.optimizer_s < LATE_S
-        assert record.backward_s == pytest.approx(rest(record), abs=1e-9)
-        assert record.backward_s >= 0.005  # the validation forward
+        assert (record.forward_s, record.optimizer_s) == (2 * TICK_FORWARD_S, TICK_OPTIMIZER_S)
+        # the validation forward ends the iteration, before w.step(): it is in the step's rest, not its forward
+        assert record.wall_s == TICK_VALIDATION_S + 2 * TICK_FORWARD_S + 2 * TICK_BACKWARD_S + TICK_OPTIMIZER_S
+        assert record.backward_s == TICK_VALIDATION_S + 2 * TICK_BACKWARD_S
 
 
 def test_the_parts_land_in_the_step_they_end_in_and_none_until_timed() -> None:
@@ -105,22 +183,21 @@ def test_the_parts_land_in_the_step_they_end_in_and_none_until_timed() -> None:
     assert fourth.backward_s == 0.0  # the step lasted less than its parts (hand-fed): clamped at 0
 
 
-def test_the_backward_is_what_the_wall_time_leaves() -> None:
+def test_the_backward_is_what_the_wall_time_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = fake_clock(monkeypatch)
     watcher = Watcher(steps=1, warmup=0, profile_steps=0)
     watcher.timing("forward")
     watcher.timing("optimizer")
     watcher.step_boundary()
-    started = time.perf_counter()
     watcher.on_batch_wait(0.001, torch.zeros(2, 3))
     watcher.on_copy(0.002, 10, pinned=True)
     watcher.on_forward_time(0.004)
     watcher.on_optimizer_time(0.008)
-    while time.perf_counter() - started < 0.05:
-        pass
+    clock.advance(0.0625)
     watcher.step_boundary()
     (record,) = watcher.records
-    assert record.wall_s >= 0.05
-    assert record.backward_s == pytest.approx(record.wall_s - 0.001 - 0.002 - 0.004 - 0.008, abs=1e-12)
+    assert record.wall_s == 0.0625
+    assert record.backward_s == pytest.approx(0.0625 - 0.001 - 0.002 - 0.004 - 0.008, abs=1e-12)
 
 
 def test_a_ranks_record_takes_its_optimizer_time_from_the_watched_steps() -> None:

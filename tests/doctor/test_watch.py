@@ -1,4 +1,6 @@
-"""The Watcher's step clock and records, and `watch()` as a wrapper and as a context manager, on the CPU."""
+"""The Watcher's step clock and records, and `watch()` as a wrapper and as a context manager, on the CPU. Step times
+are checked exactly on a fake clock (observations.fake_clock) where what is tested is their bookkeeping, and only
+from below (sleeps only overrun) or against a gap an order of magnitude wider in the runs on the real clock."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch
+from observations import fake_clock
 from torch import nn
 from torch.optim import optimizer as optim_module
 from torch.utils.data import DataLoader, Dataset
@@ -22,6 +25,17 @@ from gpufeed.doctor.wrapper import watch
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """On one torch thread, as the scripts of test_real_scripts.py: on a loaded 2-core machine OpenMP's second thread
+    spins for milliseconds per operator, a tiny model's step going from one millisecond to a hundred (what is
+    checked here does not depend on the threads; the verdicts read times, which that stretches)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 class SlowDataset(Dataset):
     """Sample i is the vector [i, i, i] and label i % 3; each takes `delay_s` to load."""
 
@@ -33,6 +47,18 @@ class SlowDataset(Dataset):
 
     def __getitem__(self, index: int):
         time.sleep(self.delay_s)
+        return torch.full((3,), float(index)), index % 3
+
+
+class TickingDataset(SlowDataset):
+    """SlowDataset whose samples each move a fake clock by `delay_s` instead of sleeping."""
+
+    def __init__(self, clock, size: int, delay_s: float):
+        super().__init__(size, delay_s)
+        self.clock = clock
+
+    def __getitem__(self, index: int):
+        self.clock.advance(self.delay_s)
         return torch.full((3,), float(index)), index % 3
 
 
@@ -99,6 +125,7 @@ def test_batch_size_of_common_batches() -> None:
     assert counted_by([["a", "b"], ["x", "y"]], None) == "the length of its labels"
 
 
+@pytest.mark.timing
 def test_watch_wraps_a_loader_yields_the_same_batches_and_records_the_waits() -> None:
     torch.manual_seed(0)
     dataset = SlowDataset()
@@ -128,18 +155,23 @@ def test_breaking_out_of_a_watched_loop_removes_the_hooks() -> None:
     assert len(optim_module._global_optimizer_post_hooks) == hooks
 
 
-def test_watch_as_a_context_manager_with_explicit_steps() -> None:
-    watched = watch(steps=6, warmup=1)
+def test_watch_as_a_context_manager_with_explicit_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = fake_clock(monkeypatch)
+    watched = watch(steps=6, warmup=1, profile_steps=0)
     with watched as w:
-        for _ in range(12):
-            time.sleep(0.01)
+        for step in range(12):
+            clock.advance(0.0625 * (1 + step % 3))  # steps of 1, 2 and 3 sixteenths of a second in turn
             w.step()
     records = w.records
     assert len(records) == 6 and w.watcher.done and w.watcher.source == "manual"
-    assert all(0.01 <= record.wall_s < 0.5 for record in records)
-    assert all(b.start_s >= a.start_s + a.wall_s - 1e-9 for a, b in zip(records, records[1:], strict=False))
+    # w.step() 0 is the start, 1 the warm-up step's end: record i is the step that ends at w.step() 2 + i
+    assert [record.wall_s for record in records] == [0.0625 * (1 + (2 + index) % 3) for index in range(6)]
+    # each step starts where the one before ended, counted from the watch's start (the first two steps before)
+    assert [record.start_s for record in records] == [0.0625 * (1 + 2) + sum(r.wall_s for r in records[:index])
+                                                      for index in range(6)]
 
 
+@pytest.mark.timing
 def test_watch_as_a_context_manager_finds_the_optimizer_steps() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
@@ -152,13 +184,14 @@ def test_watch_as_a_context_manager_finds_the_optimizer_steps() -> None:
     assert all(record.batch_size == 2 and record.data_wait_s >= 2 * 0.001 for record in w.records)
 
 
+@pytest.mark.timing
 def test_host_samples_are_taken_in_the_background() -> None:
-    with watch(steps=30, warmup=0) as w:
+    with watch(steps=30, warmup=0, profile_steps=0) as w:
         for _ in range(31):
-            time.sleep(0.02)
+            time.sleep(0.03)
             w.step()
-    samples = w.watcher.samples  # those taken while the 30 steps ran: 0.6 s or more
-    assert len(samples) >= 3  # 10 Hz, give or take a slow start
+    samples = w.watcher.samples  # those taken while the 30 steps ran: 0.9 s or more
+    assert len(samples) >= 3  # 10 Hz: 9 or so, a third of that however slow the sampler's start
     assert all(len(sample.cpu_per_core_percent) == psutil.cpu_count() for sample in samples)
     assert all(sample.gpu_utilization_percent is None for sample in samples)  # no CUDA used here
     total = psutil.virtual_memory().total
@@ -166,8 +199,9 @@ def test_host_samples_are_taken_in_the_background() -> None:
     assert all(sample.disk_read_bytes_per_s is None or sample.disk_read_bytes_per_s >= 0 for sample in samples)
 
 
-def test_watch_report_uses_the_rules() -> None:
-    loader = DataLoader(SlowDataset(size=48, delay_s=0.004), batch_size=4)
+def test_watch_report_uses_the_rules(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = fake_clock(monkeypatch)
+    loader = DataLoader(TickingDataset(clock, size=48, delay_s=0.00390625), batch_size=4)
     model = nn.Linear(3, 3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     watched = watch(loader, steps=8, warmup=1)
@@ -175,7 +209,8 @@ def test_watch_report_uses_the_rules() -> None:
         train_step(model, optimizer, inputs, labels)
     report = watched.report()
     assert report.verdict.steps == 8 and report.verdict.device == "cpu"
-    assert report.verdict.primary == "input_bound"  # 16 ms of sleeping per step against a tiny model
+    # the clock moves only while the loader loads: every step is all wait, and the rules say so
+    assert report.verdict.primary == "input_bound" and report.verdict.data_wait == 1.0
 
 
 ONES = torch.ones(4)
@@ -233,6 +268,7 @@ def test_a_loop_that_ends_inside_the_profiled_window_keeps_what_was_profiled() -
             in watcher.observe().notes)
 
 
+@pytest.mark.timing
 def test_many_tiny_operators_are_launch_overhead_on_the_cpu() -> None:
     watcher = Watcher(steps=10, warmup=2)
     outcome = run_script(str(SCRIPTS / "many_tiny_ops.py"), [], False, watcher, timeout_s=30)
@@ -241,12 +277,16 @@ def test_many_tiny_operators_are_launch_overhead_on_the_cpu() -> None:
     # 100 layers: forward linear x100 + mse_loss; backward: t/mm/sum per layer...; SGD: 200 add_: over 1000
     counts = [step.operators for step in watcher.profile.steps]
     assert min(counts) > 1000 and max(counts) - min(counts) <= 2  # the profiler counts one more now and then
-    assert report.verdict.primary == "launch_overhead"
+    # found by either way, each far from its threshold: some 10 us per operator against 100 (loaded 2-core VM,
+    # and FLOPs a decade under a thousandth of the peak), or 25-45% of the profiled step outside operators against
+    # 20%. Which finding leads is not asserted: the batch probe's small_batch reads the same fixed cost, and
+    # leads when its share is larger (test_verdict.py decides between them on hand-made observations)
     (found,) = [f for f in report.findings if f.kind == "launch_overhead"]
     assert found.severity in ("medium", "high") and found.evidence["operators_per_step"] > 1000
     assert "torch.compile" in found.snippet
 
 
+@pytest.mark.timing
 def test_a_compute_bound_script_raises_no_launch_alarm() -> None:
     watcher = Watcher(steps=5, warmup=1)  # its steps are long on a small CPU: 13 of them in all
     outcome = run_script(str(SCRIPTS / "compute_bound.py"), [], False, watcher, timeout_s=30)

@@ -1,10 +1,16 @@
 """worker_memory (findings/worker_memory.py, observe/worker_memory.py): the Dataset's Python objects measured
-against an exact count; the copy-on-read projection against hand-derived figures; and end to end, the doctor's
-projection from its default watched steps within 25% of what the workers reach at the end of the epoch."""
+against an exact count; the copy-on-read projection against hand-derived figures, with and without batches
+prefetched ahead of the loop; the reader's baseline reading taken as soon as every worker handed over a batch; and
+end to end, the projection from the doctor's default watched steps, and from the first batches of a plain loop,
+against what the workers reach at the end of the epoch."""
 
+import dataclasses
+import os
 import statistics
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy
 import pytest
@@ -13,11 +19,12 @@ from observations import by_kind, host, on_cpu, steps
 
 from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.findings.report import verdict_headline
-from gpufeed.doctor.findings.worker_memory import project
+from gpufeed.doctor.findings.worker_memory import IN_FLIGHT_READ, project
 from gpufeed.doctor.observation import DatasetAttribute, WorkerMemoryReading
+from gpufeed.doctor.observe import worker_memory as observe_memory
 from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.watch import Watcher
-from gpufeed.doctor.observe.worker_memory import dataset_objects, private_bytes
+from gpufeed.doctor.observe.worker_memory import WorkerMemory, dataset_objects, private_bytes
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MIB = 2**20
@@ -90,6 +97,54 @@ def test_the_copy_on_read_projection_is_hand_derived():
         80 * MIB + 800 * MIB * (1_000_000 // 256 - 53) / 1000, rel=1e-6)
 
 
+def test_the_batches_prefetched_ahead_of_the_loop_are_counted_half_read():
+    # the loader hands each of the 2 workers prefetch_factor = 2 batches ahead of the loop: IN_FLIGHT_READ (half)
+    # of those 4 batches count as read, so the readings at batches 3 and 53 are reads (3 + 2) x 256 / 2 = 640 and
+    # (53 + 2) x 128 = 7,040 of each worker; the epoch's end is still 500,000
+    assert IN_FLIGHT_READ == 0.5
+    found = project(dataclasses.replace(reading(40.0, 50), prefetch_factor=2))
+    s = _samples_a_page(0.1, 640, 7040, 1_000_000)
+    copied = lambda reads: 1 - (1 - reads / 1_000_000) ** s  # noqa: E731
+    assert found.projected_worker_bytes == pytest.approx((80 + 400 * (copied(500_000) - copied(7040))) * MIB,
+                                                         rel=1e-4)
+    assert f"from its read 640 to its read 7,040 of 500,000 fits {s:.1f} samples a page" in found.how
+    # counting none of them read would fit fewer samples a page to the same growth and project more: the error
+    # that moved with the load (how far ahead the workers ran)
+    assert found.projected_worker_bytes < project(reading(40.0, 50)).projected_worker_bytes
+    # the batch at which the RAM is full, back from reads to the loop's batches: 2 batches fewer than the reads say
+    tight = project(dataclasses.replace(reading(40.0, 50, available_mib=500.0), prefetch_factor=2))
+    reads = 1_000_000 * (1 - (1 - copied(7040) - 250 / 400) ** (1 / s))
+    assert tight.runs_out_at_batch == pytest.approx(reads * 2 / 256 - 2, abs=1)  # int() drops under 1
+
+
+def test_the_baseline_is_read_as_soon_as_every_worker_has_handed_over_a_batch(monkeypatch):
+    """The reading at the baseline (the first after batch `workers`) is taken at that batch, not on the next tick
+    of the interval: with the interval made an hour long, only that wake-up can take it."""
+    monkeypatch.setattr(observe_memory, "INTERVAL_S", 3600.0)
+    this = SimpleNamespace(pid=os.getpid())  # two "workers": this process, whose USS can be read
+    iterator = SimpleNamespace(_workers=[this, this], _dataset=None, _prefetch_factor=2)
+    memory = WorkerMemory()
+
+    def batches_read(count: int) -> list[int]:  # the readings' batch counts once there are `count` of them
+        arrived = threading.Event()
+        for _ in range(6000):  # a minute at most: the reader runs at once, this only waits for its thread
+            with memory._lock:
+                if len(memory._samples) >= count:
+                    return [sample[1] for sample in memory._samples]
+            arrived.wait(0.01)
+        raise AssertionError(f"fewer than {count} readings: {memory._samples}")
+
+    memory.on_training_batch(iterator)  # batch 1: the reader starts, reads once, then waits for the interval
+    assert batches_read(1) == [1]
+    memory.on_training_batch(iterator)
+    assert batches_read(1) == [1]  # batch 2: no reading
+    memory.on_training_batch(iterator)  # batch 3: both workers have handed one over
+    assert batches_read(2) == [1, 3]
+    memory.stop()
+    found = memory.reading()
+    assert [sample[1] for sample in found.samples] == [1, 3, 3] and found.prefetch_factor == 2  # stop()'s last
+
+
 def test_the_finding_grades_by_the_available_ram_and_warns_other_fixes():
     seen = on_cpu(steps(20, wall=0.1, wait=0.05), host(), workers=2, cpu_count=16)
     grown = by_kind(diagnose(seen.__class__(**{**seen.__dict__, "worker_memory": reading(40.0, 50)})))
@@ -106,7 +161,9 @@ def test_the_finding_grades_by_the_available_ram_and_warns_other_fixes():
     assert "worker_memory" not in by_kind(diagnose(steady))
 
 
-def test_copy_on_read_end_to_end_within_a_quarter_of_the_epoch_s_end(monkeypatch):
+@pytest.mark.slow
+@pytest.mark.timing
+def test_copy_on_read_end_to_end_within_a_quarter_of_the_epoch_s_end():
     samples = 400_000
     watcher = Watcher()  # the doctor's default watched steps
     outcome = run_script(str(SCRIPTS / "copy_on_read.py"), [str(samples)], False, watcher, timeout_s=120)
@@ -114,16 +171,31 @@ def test_copy_on_read_end_to_end_within_a_quarter_of_the_epoch_s_end(monkeypatch
     found = by_kind(diagnose(watcher.observe()))["worker_memory"]
     held = found.evidence["dataset_objects"][0]
     assert (held["attribute"], held["type"], held["length"]) == ("items", "list", samples)
-    # the same loop, a whole epoch, unwatched: each worker's USS when the last batch arrives
+    now = statistics.median(found.evidence["worker_now_bytes"])
+    # a worker never copies more than the objects it can read (the projection's own bound), and it is still copying
+    assert now < found.evidence["projected_worker_bytes"] <= now + held["bytes"]
+    # the same loop, a whole epoch, in this process: its first 60 batches read by the doctor's reader as the watch
+    # reads them, then each worker's USS when the last batch arrives, the same workers' and (above) the watched
+    # run's reference
     import runpy
 
     module = runpy.run_path(str(SCRIPTS / "copy_on_read.py"), run_name="copy_on_read")
     loader = torch.utils.data.DataLoader(module["Paths"](samples), batch_size=256, shuffle=True, num_workers=2,
                                          multiprocessing_context="fork")
-    iterator = iter(loader)
+    iterator, memory = iter(loader), WorkerMemory()
     for index, _ in enumerate(iterator):
+        if index < 60:
+            memory.on_training_batch(iterator)
+        elif index == 60:
+            memory.stop()
         if index == len(iterator) - 1:
             reached = statistics.median(private_bytes(worker) for worker in iterator._workers)
+    same_workers = project(memory.reading()).projected_worker_bytes
+    # measured 4-11% high for the same workers and 6-8% for the watched run, idle and with both cores kept busy;
+    # 18-25% for the watched run before the reader counted prefetched batches and read the baseline at its batch
+    # (the one-parameter fit of the copying still errs high from a baseline later in the epoch): a quarter leaves
+    # twice the error now seen
+    assert same_workers == pytest.approx(reached, rel=0.25)
     assert found.evidence["projected_worker_bytes"] == pytest.approx(reached, rel=0.25)
 
 

@@ -248,7 +248,8 @@ def test_gpu_reader_reads_nvml_units_and_holds_gpm_between_windows(install) -> N
     assert reader.unmeasured == []
 
 
-def _wait_for(condition, seconds: float = 5.0) -> None:
+def _wait_for(condition, seconds: float = 30.0) -> None:
+    """Until `condition()` holds (at once, usually), or `seconds` passed: long, for a loaded machine."""
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.02)

@@ -43,6 +43,7 @@ def test_stated_bytes_by_hand():
     assert "benchmarks/RESULTS.md" in stated_bytes("jpeg", 256)[1]
 
 
+@pytest.mark.timing
 def test_a_jpeg_packs_bytes_are_its_own_and_both_decodes_are_measured(jpeg_pack):
     header = read_header(jpeg_pack)
     table = read_table(jpeg_pack, header)
@@ -50,7 +51,8 @@ def test_a_jpeg_packs_bytes_are_its_own_and_both_decodes_are_measured(jpeg_pack)
     assert cost.encoding == "jpeg" and cost.decode == "cpu"
     assert cost.bytes_per_sample == round(int(table.lengths.sum()) / header.count)
     assert cost.per_core_rate > 0 and "decodes, random-resized-crops and resizes to 32x32" in cost.per_core_reason
-    assert cost.other_per_core_rate > cost.per_core_rate  # gathering bytes costs less than decoding them
+    # gathering bytes costs less than decoding them: two measured rates, 9x to 12x apart here, under load too
+    assert cost.other_per_core_rate > cost.per_core_rate
     on_gpu = measure_input_cost(str(jpeg_pack), None, None, (32, 32), decode="gpu")
     assert on_gpu.decode == "gpu" and "the JPEG bytes and crop boxes" in on_gpu.per_core_reason
 
@@ -63,6 +65,7 @@ def test_gpu_decode_of_raw_samples_and_bad_names_are_refused(tmp_path):
     assert measure_input_cost(None, None, None, (16, 16)) is None
 
 
+@pytest.mark.timing
 def test_the_plan_sizes_disk_cores_and_link_from_the_pack(jpeg_pack, capsys):
     header = read_header(jpeg_pack)
     table = read_table(jpeg_pack, header)
@@ -81,6 +84,7 @@ def test_the_plan_sizes_disk_cores_and_link_from_the_pack(jpeg_pack, capsys):
     needed = float(host["cpu_reason"].split(" samples/s")[0].replace(",", ""))
     per_core = float(host["cpu_reason"].split(" per core")[0].rsplit("/ ", 1)[1].replace(",", ""))
     assert host["cpu_cores"] == math.ceil(needed / per_core) + 1
+    # from the two measured rates above, 9x to 12x apart
     assert host["cpu_cores_other_decode"] is not None and host["cpu_cores_other_decode"] <= host["cpu_cores"]
     # the CPU decodes, so decoded uint8 crops (3 x 32 x 32) cross the link, not the JPEG bytes
     link_gb_per_s = float(host["link_notes"][0].split("needs ")[1].split(" GB/s")[0])

@@ -3,7 +3,7 @@
 Measured: the CPU allocator's largest live total while one product runs (torch.profiler's memory events), less
 its two operands and its output, which are allocated before and kept after. The instruction set oneDNN uses
 changes the scratch (none under AVX2, up to tens of kB for these shapes under AVX-512 bf16 or AMX); .ci/run
-repeats this file under ONEDNN_MAX_CPU_ISA=AVX2, and it was run here under AVX512_CORE, AVX512_CORE_BF16 and
+repeats the measured products (marked isa) under ONEDNN_MAX_CPU_ISA=AVX2, and it was run here under AVX512_CORE, AVX512_CORE_BF16 and
 AVX512_CORE_AMX too.
 """
 
@@ -36,6 +36,7 @@ def test_only_reduced_precision_products_on_the_cpu_are_bounded():
     assert scratch_bound(torch.ops.aten.relu.default, (left,), 1) == 0
 
 
+@pytest.mark.isa
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m, k, n", SHAPES)
 def test_a_products_scratch_stays_within_the_bound(m, k, n, dtype):

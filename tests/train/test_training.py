@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from gpufeed.cli.main import main
 from gpufeed.errors import ConfigError, RunFailed
@@ -24,6 +25,7 @@ def quick(**options) -> TrainConfig:
     return TrainConfig(**values)
 
 
+@pytest.mark.slow
 def test_cnn_learns_the_builtin_data_and_beats_a_linear_model(tmp_path):
     # Threshold: the linear classifier (hidden=()) stays near chance on this data (colour carries no label);
     # the narrow CNN reaches well over half right within 3 epochs of 2000 images (measured 0.91-0.95 here).
@@ -41,20 +43,23 @@ def test_cnn_learns_the_builtin_data_and_beats_a_linear_model(tmp_path):
 
 
 @pytest.mark.parametrize("hidden", [(64,), (64, 32), (64, 32, 16)])
-def test_mlp_trains_with_one_two_three_hidden_layers(hidden):
-    result = train(quick(model="mlp", hidden=hidden, epochs=1, max_steps=20, learning_rate=3e-3))
-    first_layer_outputs = [module.out_features for module in _linear_layers(hidden)]
-    assert first_layer_outputs == [*hidden, 10]
-    assert np.isfinite(result.validation_loss) and result.steps == 20
+def test_mlp_trains_with_one_two_three_hidden_layers(hidden, tmp_path):
+    """The trained model's own weights (its saved model.safetensors): one Linear per hidden size then the
+    classifier, each (out, in) shape and the parameter count by hand from 3x32x32 inputs and 10 classes."""
+    result = train(quick(model="mlp", hidden=hidden, count=640, epochs=1, max_steps=5, learning_rate=3e-3,
+                         out=str(tmp_path / "run")))
+    saved = load_file(tmp_path / "run" / "model.safetensors")  # {"layers.0.weight": tensor, ...}
+    widths = [3 * 32 * 32, *hidden, 10]
+    shapes = list(zip(widths[1:], widths[:-1], strict=True))  # (out, in) of each Linear, in order
+    layers = sorted({name.rsplit(".", 1)[0] for name in saved}, key=lambda layer: int(layer.rsplit(".", 1)[1]))
+    assert len(saved) == 2 * len(layers)  # a weight and a bias each, nothing else
+    assert [tuple(saved[f"{layer}.weight"].shape) for layer in layers] == shapes
+    assert [tuple(saved[f"{layer}.bias"].shape) for layer in layers] == [(outputs,) for outputs, _ in shapes]
+    assert result.parameters == sum(outputs * inputs + outputs for outputs, inputs in shapes)
+    assert np.isfinite(result.validation_loss) and result.steps == 5
 
 
-def _linear_layers(hidden):
-    from gpufeed.train.models import build_model
-
-    model = build_model("mlp", (3, 32, 32), 10, hidden)
-    return [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
-
-
+@pytest.mark.slow
 def test_mlp_loss_goes_down():
     records = []
     train(quick(model="mlp", hidden=(128,), epochs=2, log_every_steps=5, learning_rate=2e-3),

@@ -17,10 +17,11 @@ from torch import nn
 
 from gpufeed.bench.budget import NO_BUDGET, Budget, OverBudget, budgeted_timing
 from gpufeed.bench.results import PrecisionRun, TrainStepResult
-from gpufeed.errors import ConfigError, DeviceUnavailable, GpufeedError
+from gpufeed.errors import ConfigError, DeviceUnavailable
 from gpufeed.hardware.devices import resolve_device
 from gpufeed.hardware.precisions import PRECISIONS
 from gpufeed.hardware.tf32 import tf32_flags
+from gpufeed.train.batch_size import is_out_of_memory
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.loop import train
 from gpufeed.train.models import build_model
@@ -46,9 +47,12 @@ def _cuda_has_bf16() -> bool:
 
 
 def unsupported_reason(device: torch.device, precision: str) -> str | None:
-    """Why `precision` cannot be measured on `device`, known before trying; None when it may be tried."""
+    """Why `precision` cannot be measured on `device`, known before trying; None when it may be tried. This is the
+    only way a precision is left out: once tried, anything but running out of memory is an error that propagates."""
     if precision == "tf32" and device.type != "cuda":
         return "tf32 is a mode of NVIDIA tensor cores (compute capability 8.0 and later)"
+    if precision == "fp64" and device.type == "mps":
+        return "Apple's MPS backend has no float64"
     if device.type != "cuda":
         return None
     major, minor = torch.cuda.get_device_capability(device)
@@ -94,6 +98,12 @@ def _time_step(model_name: str, device: torch.device, precision: str, batch_size
                            speedup_vs_cpu_fp32=None, spread=timing.spread, seconds=timing.seconds)
 
 
+def _out_of_memory_line(what: str, error: BaseException) -> str:
+    """The unmeasured line of a measurement that ran out of memory (`is_out_of_memory`): its error's first line."""
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return f"{what}: {first_line}"
+
+
 def _with_speedups(results: list[TrainStepResult]) -> list[TrainStepResult]:
     """Each figure divided by the CPU's fp32 figure for the same model and batch (None when there is none)."""
     baseline = {(r.model, r.batch_size): r.samples_per_s for r in results if r.device == "cpu"
@@ -123,7 +133,8 @@ def train_step_benchmark(models: Sequence[str] = ("mlp", "cnn"),
 
     `devices` None: the CPU and the first CUDA GPU if there is one. `precisions` None: fp32 and bf16 on a CPU,
     fp32, tf32, bf16 and fp16 on a GPU. Combinations a device cannot run are left out and named in the second
-    list with the reason. Defaults take about 10 s on 2 cores of a Xeon (mlp and cnn, batches 64 and 256).
+    list with the reason (`unsupported_reason`), as is a measurement that runs out of memory; any other error
+    propagates. Defaults take about 10 s on 2 cores of a Xeon (mlp and cnn, batches 64 and 256).
     fp16 on a CPU runs (autocast) but can be hundreds of times slower than fp32 where the CPU lacks fp16 kernels.
     `budget` (bench/budget.py) bounds each step's measurement and all of them; what it leaves out is named.
     """
@@ -148,9 +159,10 @@ def train_step_benchmark(models: Sequence[str] = ("mlp", "cnn"),
                                                   budget))
                     except OverBudget as skipped:
                         unmeasured.append(f"{what}: {skipped}")
-                    except (RuntimeError, NotImplementedError) as error:  # "not implemented for", out of memory
-                        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                        unmeasured.append(f"{what}: {first_line}")
+                    except (RuntimeError, MemoryError) as error:
+                        if not is_out_of_memory(error):
+                            raise  # a step that fails is a bug to see, not a line in the report
+                        unmeasured.append(_out_of_memory_line(what, error))
                     finally:
                         if device.type == "cuda":
                             torch.cuda.empty_cache()
@@ -161,7 +173,9 @@ def precision_runs(device: torch.device | str, precisions: Sequence[str] = ("fp6
                    count: int = 2000, epochs: int = 2, seed: int = 0) -> tuple[list[PrecisionRun], list[str]]:
     """A short real `gpufeed train` run per precision from the same seed (the built-in data, the cnn at width 16,
     batch 64): test accuracy and loss, seconds and steps. What a precision does to accuracy, beside its speed.
-    Writes the built-in data's cache under $GPUFEED_CACHE (default ~/.cache/gpufeed)."""
+    A precision the device lacks (or `gpufeed train` has not) and a run out of memory are named in the second
+    list; any other error propagates. Writes the built-in data's cache under $GPUFEED_CACHE (default
+    ~/.cache/gpufeed)."""
     _check_precisions(precisions)
     device = resolve_device(device)
     runs: list[PrecisionRun] = []
@@ -177,9 +191,10 @@ def precision_runs(device: torch.device | str, precisions: Sequence[str] = ("fp6
                              precision=precision, seed=seed)
         try:
             result = train(config)
-        except (GpufeedError, RuntimeError, NotImplementedError) as error:  # NaN loss, no bf16, out of memory
-            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            unmeasured.append(f"precision run, {device} {precision}: {first_line}")
+        except (RuntimeError, MemoryError) as error:
+            if not is_out_of_memory(error):
+                raise  # as from `gpufeed train`, and so is a GpufeedError (a NaN loss)
+            unmeasured.append(_out_of_memory_line(f"precision run, {device} {precision}", error))
             continue
         runs.append(PrecisionRun(precision=precision, device=str(device),
                                  validation_accuracy=result.validation_accuracy,

@@ -84,6 +84,7 @@ class WorkerMemoryReading:
     attributes: tuple[DatasetAttribute, ...]
     available_bytes: int | None  # host RAM available at the end of the watch (psutil)
     ranks_on_node: int  # LOCAL_WORLD_SIZE, else 1
+    prefetch_factor: int | None = None  # batches each worker is handed ahead of the loop; None: not known (none)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 balanced        both ranks do the same: many FLOPs over few parameters (12 k), so the all-reduce is small, and
                 batches that cost nothing to load (one made batch served again)
 slow_data       rank 1's Dataset sleeps 4 ms a sample (32 ms a batch of 8): rank 0 waits for it
-slow_backward   rank 1's first layer's gradient hook spins 30 ms: rank 0 waits for its gradients
+slow_backward   rank 1's first layer's gradient hook spins 60 ms: rank 0 waits for its gradients
 communication   8.4 M parameters (33.6 MB of gradients) at a batch of 2: the all-reduce outweighs the compute
 crash           rank 1 raises at its 8th batch
 hang            rank 1 sleeps for ten minutes at its 8th batch
@@ -47,7 +47,7 @@ else:
 
 if case == "slow_backward" and rank == 1:
     def spin(grad):
-        end = time.perf_counter() + 0.030
+        end = time.perf_counter() + 0.060
         while time.perf_counter() < end:
             pass
         return grad

@@ -1,8 +1,9 @@
 """Known parts of a step, by sleeps: in loop iteration j (from 0) the model's training forward sleeps
 FORWARD_S x (1 + j % 2) and the optimizer's step OPTIMIZER_S x (1 + j % 2) (so a part counted in the wrong step
 shows), the loss's backward BACKWARD_S, and every iteration ends with a validation forward of the same model under
-torch.no_grad() (FORWARD_S, which is not the step's forward). Batches of 4 come from a DataLoader whose samples
-each take SAMPLE_S to load (the data wait). A first iteration and `--steps` more."""
+torch.no_grad() that sleeps VALIDATION_S, ten times the longest training forward (so that counting it in the step's
+forward would show whatever the machine's load). Batches of 4 come from a DataLoader whose samples each take
+SAMPLE_S to load (the data wait). A first iteration and `--steps` more."""
 
 import argparse
 import time
@@ -11,7 +12,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-FORWARD_S, OPTIMIZER_S, BACKWARD_S, SAMPLE_S = 0.02, 0.01, 0.015, 0.001
+FORWARD_S, OPTIMIZER_S, BACKWARD_S, SAMPLE_S, VALIDATION_S = 0.01, 0.01, 0.015, 0.001, 0.2
 
 
 class Slow(Dataset):
@@ -74,7 +75,7 @@ def main(steps: int) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        model.seconds = FORWARD_S
+        model.seconds = VALIDATION_S
         with torch.no_grad():
             model(held_out)
 

@@ -12,8 +12,11 @@ and tensors keep their data outside the objects and are not counted).
 
 `WorkerMemory` follows the training iterator's worker processes (from its first training batch): a thread reads
 each worker's USS (the pages only it holds: Linux's smaps_rollup, else psutil's memory_full_info; PSS where the
-OS gives no USS) and the
-main process's every INTERVAL_S, with the count of training batches handed out so far, until the watch ends.
+OS gives no USS) and the main process's every INTERVAL_S, with the count of training batches handed out so far,
+until the watch ends; and once as soon as every worker has handed over a batch, so that the projection's baseline
+(findings/worker_memory.py) is at the same point of the epoch however fast the loop runs: read on the interval
+alone, it came at batch 3 of a loaded run and batch 20 of an idle one, and the projection's one-parameter fit of
+the copying moved with it (a tenth more from a later baseline, on tests/doctor/scripts/copy_on_read.py).
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ class WorkerMemory:
         self._batches = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a reading now: the baseline's (findings/worker_memory.py), or the last
         self._lock = threading.Lock()
         self._about: dict = {}
         self.problem: str | None = None
@@ -152,6 +156,8 @@ class WorkerMemory:
         workers, followed afresh), and count the batch."""
         with self._lock:
             self._batches += 1
+            if self._processes and self._batches == len(self._processes) + 1:  # each worker handed one over
+                self._wake.set()
         if iterator is None or id(iterator) == self._iterator_id or self._stop.is_set():
             return
         workers = getattr(iterator, "_workers", None)
@@ -187,13 +193,15 @@ class WorkerMemory:
             with self._lock:
                 if workers == self._processes:
                     self._samples.append((time.perf_counter() - start, batches, private_bytes(main), readings))
-            self._stop.wait(INTERVAL_S)
+            self._wake.wait(INTERVAL_S)
+            self._wake.clear()
 
     def stop(self) -> None:
         """End the readings (the watch is over); one last reading is taken first."""
         if self._stop.is_set():
             return
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
             with self._lock:
@@ -218,4 +226,4 @@ class WorkerMemory:
             available = None
         return WorkerMemoryReading(samples, workers, about["dataset_length"], about["epoch_batches"],
                                    about["batch_size"], about["attributes"], available,
-                                   int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+                                   int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), about["prefetch_factor"])

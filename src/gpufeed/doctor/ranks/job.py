@@ -45,15 +45,23 @@ def rank_words(args, steps: int | None = None, warmup: int | None = None, trial:
 
 
 def run_job(words: list[str], nproc: int) -> list[int]:
-    """One torchrun job of `nproc` ranks running `gpufeed doctor WORDS`; the ranks that failed (none: [])."""
+    """One torchrun job of `nproc` ranks running `gpufeed doctor WORDS`; the ranks that failed (none: []).
+    OMP_NUM_THREADS, when unset, is set to 1 for the ranks, as torchrun does, but here, so that torchrun's banner
+    saying so stays off the doctor's terminal (threads_note says what each rank got); unset again afterwards."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args
     from torch.distributed.run import run as run_ranks
 
+    defaulted = "OMP_NUM_THREADS" not in os.environ
+    if defaulted:
+        os.environ["OMP_NUM_THREADS"] = "1"  # torch/distributed/run.py's own default for several ranks
     try:
         run_ranks(parse_args(launcher_arguments(words, nproc)))
     except ChildFailedError as failed:
         return sorted(failed.failures)
+    finally:
+        if defaulted:
+            os.environ.pop("OMP_NUM_THREADS", None)
     return []
 
 
@@ -100,8 +108,8 @@ def job_report(watcher, world_size: int, records: list[dict], missing: list[str]
 
 
 def threads_note(threads: int | None, world_size: int) -> Note:
-    """What thread count each rank got: torchrun sets OMP_NUM_THREADS=1 when it is unset, and the warning that says
-    so goes to the launcher's output, which --nproc-per-node does not show."""
+    """What thread count each rank got: torchrun sets OMP_NUM_THREADS=1 when it is unset (with --nproc-per-node,
+    run_job sets it first, so torchrun's warning that says so is not printed)."""
     value = os.environ.get("OMP_NUM_THREADS")
     cores = os.cpu_count()
     origin = (f"OMP_NUM_THREADS={value}, which torchrun sets to 1 when it is unset (its warning does not reach "

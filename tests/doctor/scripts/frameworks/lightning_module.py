@@ -1,5 +1,6 @@
 """A PyTorch Lightning module whose train_dataloader() builds its DataLoader, trained on the CPU with nothing
-written (no logger, no checkpoint). --sleep-ms makes each sample slow to load (the input-bound run);
+written (no logger, no checkpoint). --sleep-ms makes each sample slow to load (the input-bound run); --width
+narrows the model (there, so that loading stays most of the step however slow a busy machine makes it);
 --from-datasets trains from LightningDataModule.from_datasets instead, whose DataLoader Lightning builds itself."""
 
 import argparse
@@ -12,9 +13,9 @@ from torch.utils.data import DataLoader
 
 
 class Classifier(pl.LightningModule):
-    def __init__(self, sleep_ms: float):
+    def __init__(self, sleep_ms: float, width: int):
         super().__init__()
-        self.model, self.sleep_ms = classifier(), sleep_ms
+        self.model, self.sleep_ms = classifier(width), sleep_ms
 
     def training_step(self, batch, index):
         return torch.nn.functional.cross_entropy(self.model(batch["input_ids"]), batch["labels"])
@@ -31,6 +32,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sleep-ms", type=float, default=0.0)
     parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--width", type=int, default=2048)
     parser.add_argument("--from-datasets", action="store_true")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
@@ -39,9 +41,9 @@ def main() -> None:
                              default_root_dir=root)
         if options.from_datasets:
             data = pl.LightningDataModule.from_datasets(TokenIds(sleep_ms=options.sleep_ms), batch_size=8)
-            trainer.fit(Classifier(options.sleep_ms), datamodule=data)  # doctor: fit
+            trainer.fit(Classifier(options.sleep_ms, options.width), datamodule=data)  # doctor: fit
         else:
-            trainer.fit(Classifier(options.sleep_ms))
+            trainer.fit(Classifier(options.sleep_ms, options.width))
 
 
 if __name__ == "__main__":
