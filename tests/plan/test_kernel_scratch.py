@@ -3,8 +3,8 @@
 Measured: the CPU allocator's largest live total while one product runs (torch.profiler's memory events), less
 its two operands and its output, which are allocated before and kept after. The instruction set oneDNN uses
 changes the scratch (none under AVX2, up to tens of kB for these shapes under AVX-512 bf16 or AMX); .ci/run
-repeats the measured products (marked isa) under ONEDNN_MAX_CPU_ISA=AVX2, and it was run here under AVX512_CORE, AVX512_CORE_BF16 and
-AVX512_CORE_AMX too.
+repeats the measured products (marked isa) under ONEDNN_MAX_CPU_ISA=AVX2, and it was run here under
+AVX512_CORE, AVX512_CORE_BF16 and AVX512_CORE_AMX too.
 """
 
 from __future__ import annotations
