@@ -103,15 +103,9 @@ def test_a_data_wait_above_the_fixed_cost_is_input_bound_not_small_batch():
 def test_a_batch_of_2_mlp_is_small_batch_not_input_bound(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["mlp_batch2.py"])
     watcher = Watcher(steps=50, warmup=5)
-    # one intra-op thread: with torch's default of one per core, on cores other processes keep busy, the steps
-    # of this 2-sample MLP took 10 to 240 ms instead of 2 (the pool waiting for its descheduled thread), from run
-    # to run; with one, 1.8-1.9 ms (median) under the same load
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        outcome = run_script(str(SCRIPTS / "mlp_batch2.py"), [], False, watcher, timeout_s=60)
-    finally:
-        torch.set_num_threads(threads)
+    # on one intra-op thread (conftest.py): with torch's default of one per core, on cores other processes keep
+    # busy, the steps of this 2-sample MLP took 10 to 240 ms instead of 2, from run to run; with one, 1.8-1.9 ms
+    outcome = run_script(str(SCRIPTS / "mlp_batch2.py"), [], False, watcher, timeout_s=60)
     report = diagnose(watcher.observe())
     assert outcome.problem is None
     found = by_kind(report)

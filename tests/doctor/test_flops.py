@@ -25,16 +25,6 @@ from gpufeed.hardware.peak import cpu_peak
 from gpufeed.hardware.probe import probe_cpu
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """As test_real_scripts.py: a loaded 2-core machine spins OpenMP's second thread (the counts do not depend
-    on it; the scripts' verdicts read times, which it stretches)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def sgd_step(model: nn.Module, optimizer, inputs, targets) -> None:
     loss = nn.functional.mse_loss(model(inputs), targets)
     optimizer.zero_grad()

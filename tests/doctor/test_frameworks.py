@@ -52,15 +52,10 @@ CASES = {
 
 @pytest.fixture(autouse=True)
 def in_the_scripts_folder(monkeypatch: pytest.MonkeyPatch):
-    """Run as `cd tests/doctor/scripts/frameworks; gpufeed doctor x.py` would, offline, on one thread (a loaded
-    2-core machine spins OpenMP's second thread)."""
+    """Run as `cd tests/doctor/scripts/frameworks; gpufeed doctor x.py` would, offline (on one thread: conftest.py)."""
     monkeypatch.chdir(SCRIPTS)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def marked_site(script: str, marker: str = MARKER) -> str:

@@ -32,17 +32,6 @@ from gpufeed.doctor.observe.watch import Watcher
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """On one torch thread, as the scripts of test_real_scripts.py: on a loaded 2-core machine OpenMP's second thread
-    spins for milliseconds per operator, a tiny model's step going from one millisecond to a hundred (what is
-    checked here does not depend on the threads; the verdicts read times, which that stretches)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def doctor(name: str, *args: str, steps: int = 20, warmup: int = 3, timeout_s: float = 20.0,
            profile_steps: int | None = None):
     """`name` under the doctor; `profile_steps` None: the Watcher's default window."""

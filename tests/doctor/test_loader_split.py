@@ -60,12 +60,8 @@ COLLATE_SITE = f"{SCRIPT.name}:{COLLATE_LINE + 1}"
 
 @pytest.fixture(autouse=True)
 def in_the_scripts_folder(monkeypatch: pytest.MonkeyPatch):
-    """As `cd tests/doctor/scripts; gpufeed doctor loader_parts.py`, on one thread (a loaded 2-core machine)."""
+    """As `cd tests/doctor/scripts; gpufeed doctor loader_parts.py` (on one thread: conftest.py)."""
     monkeypatch.chdir(SCRIPTS)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def doctor(tmp_path: Path, *args: str):

@@ -30,13 +30,8 @@ from gpufeed.measure.steps import HostSample, StepRecord
 
 @pytest.fixture(autouse=True)
 def in_the_scripts_folder(monkeypatch: pytest.MonkeyPatch):
-    """Run as `cd tests/doctor/scripts; gpufeed doctor real_x.py` would, on one thread: a loaded 2-core machine
-    spins OpenMP's second thread for milliseconds per operator (the counts checked here do not depend on it)."""
+    """Run as `cd tests/doctor/scripts; gpufeed doctor real_x.py` would (on one thread: conftest.py)."""
     monkeypatch.chdir(SCRIPTS)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def doctor(script: str, *args: str, steps: int, warmup: int, timeout_s: float = 30.0):

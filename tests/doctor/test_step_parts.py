@@ -27,17 +27,6 @@ FORWARD_S, OPTIMIZER_S, BACKWARD_S, SAMPLE_S, VALIDATION_S, BATCH = 0.01, 0.01, 
 TICK_FORWARD_S, TICK_OPTIMIZER_S, TICK_BACKWARD_S, TICK_VALIDATION_S = 0.0625, 0.03125, 0.015625, 0.25
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """On one torch thread, as the scripts of test_real_scripts.py: on a loaded 2-core machine OpenMP's second thread
-    spins for milliseconds per operator (the parts checked here are sleeps and fake-clock moves, which the threads
-    do not change; the run's length they do)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def rest(record) -> float:
     """backward_s by hand: what the step's wall time leaves of its other parts."""
     return max(0.0, record.wall_s - record.data_wait_s - record.copy_s - record.sync_s - record.forward_s
@@ -84,22 +73,18 @@ class Ticking(nn.Module):
         return self.inner(inputs)
 
 
-class TickingSGD(torch.optim.Optimizer):
-    """Plain SGD whose step moves the fake clock by `seconds`. Its own step, not SGD's through super(): torch hooks
-    the step of each optimizer class that makes an instance, so a subclass calling an already hooked SGD.step
-    would run the step hooks twice."""
+class TickingSGD(torch.optim.SGD):
+    """SGD whose step moves the fake clock by `seconds`, then calls SGD's through super(): torch hooks the step of
+    each optimizer class that makes an instance, so once a plain SGD has had one (the test makes one) the step
+    hooks run twice, around this step and around SGD's inside it. One step all the same."""
 
     def __init__(self, parameters, clock):
-        super().__init__(parameters, {"lr": 0.01})
+        super().__init__(parameters, lr=0.01)
         self.clock, self.seconds = clock, 0.0
 
-    @torch.no_grad()
     def step(self, closure=None):
         self.clock.advance(self.seconds)
-        for group in self.param_groups:
-            for parameter in group["params"]:
-                if parameter.grad is not None:
-                    parameter.add_(parameter.grad, alpha=-group["lr"])
+        return super().step(closure)
 
 
 def ticking_iteration(clock, model: Ticking, optimizer: TickingSGD, slower: int) -> None:
@@ -122,6 +107,7 @@ def test_under_the_doctor_each_part_is_what_the_clock_moved_in_it(monkeypatch: p
     clock = fake_clock(monkeypatch)
     torch.manual_seed(0)
     model = Ticking(clock)
+    torch.optim.SGD(model.parameters(), lr=0.01)  # SGD.step hooked by torch: TickingSGD's runs the hooks twice
     optimizer = TickingSGD(model.parameters(), clock)
     watcher = Watcher(steps=4, warmup=1, profile_steps=0)
     instrumentation = Instrumentation(watcher)
@@ -148,6 +134,7 @@ def test_watch_splits_the_step_too_and_counts_every_call_of_the_model(monkeypatc
     clock = fake_clock(monkeypatch)
     torch.manual_seed(0)
     model = Ticking(clock)
+    torch.optim.SGD(model.parameters(), lr=0.01)  # SGD.step hooked by torch: TickingSGD's runs the hooks twice
     optimizer = TickingSGD(model.parameters(), clock)
     with watch(steps=4, warmup=1, profile_steps=0) as w:
         for _ in range(8):

@@ -25,17 +25,6 @@ from gpufeed.doctor.wrapper import watch
 SCRIPTS = Path(__file__).parent / "scripts"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """On one torch thread, as the scripts of test_real_scripts.py: on a loaded 2-core machine OpenMP's second thread
-    spins for milliseconds per operator, a tiny model's step going from one millisecond to a hundred (what is
-    checked here does not depend on the threads; the verdicts read times, which that stretches)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 class SlowDataset(Dataset):
     """Sample i is the vector [i, i, i] and label i % 3; each takes `delay_s` to load."""
 

@@ -128,11 +128,11 @@ def test_the_baseline_is_read_as_soon_as_every_worker_has_handed_over_a_batch(mo
     def batches_read(count: int) -> list[int]:  # the readings' batch counts once there are `count` of them
         arrived = threading.Event()
         for _ in range(6000):  # a minute at most: the reader runs at once, this only waits for its thread
-            with memory._lock:
-                if len(memory._samples) >= count:
-                    return [sample[1] for sample in memory._samples]
+            samples = memory.reading().samples
+            if len(samples) >= count:
+                return [sample[1] for sample in samples]
             arrived.wait(0.01)
-        raise AssertionError(f"fewer than {count} readings: {memory._samples}")
+        raise AssertionError(f"fewer than {count} readings: {memory.reading().samples}")
 
     memory.on_training_batch(iterator)  # batch 1: the reader starts, reads once, then waits for the interval
     assert batches_read(1) == [1]

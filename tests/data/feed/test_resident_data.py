@@ -89,10 +89,13 @@ def test_gather_returns_each_batch_of_the_epoch_with_its_labels_and_a_copy_of_it
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("options", [dict(augment="crop+flip", normalize=True),
                                      dict(augment="flip", normalize=False, channels_last=False)])
-def test_resident_batches_of_an_epoch_equal_the_float64_reference(pack, device, options):
+def test_resident_batches_of_an_epoch_equal_the_float64_reference(pack, device, options, monkeypatch):
     """Feed's resident path on the CPU: each batch of epoch 3 gathered from the resident copy, augmented and
     converted as numpy does it in float64, in the sampler's order, with its labels; a resumed feed yields the rest."""
     path, images, labels = pack
+    loads = []
+    load = ResidentData.load
+    monkeypatch.setattr(ResidentData, "load", lambda *args: loads.append(args) or load(*args))
     feed = Feed(path, 16, device=device, seed=3, drop_last=False, **options)
     assert feed.resident == (device == "cuda")  # _decide_resident: only on a CUDA GPU; the path runs on the CPU too
     feed.set_epoch(3)
@@ -108,10 +111,10 @@ def test_resident_batches_of_an_epoch_equal_the_float64_reference(pack, device, 
         np.testing.assert_allclose(batch.cpu().numpy(), expected_batch(images, indices, plan, draws, mean, std),
                                    rtol=0, atol=1e-4)
         assert np.array_equal(batch_labels.cpu().numpy(), labels[indices])
-    loaded = feed._resident_data
+    assert len(loads) == 1
     feed.load_state_dict(feed.state_dict() | {"epoch": 3, "position": 10})
     resumed = list(feed.resident_batches(feed.order(), 3))
-    assert feed._resident_data is loaded  # loaded once per feed, not per epoch
+    assert len(loads) == 1  # loaded once per feed, not per epoch
     assert [index for index, _, _ in resumed] == [10, 11, 12]
     for (_, batch, batch_labels), (_, whole, whole_labels) in zip(resumed, batches[10:], strict=True):
         assert torch.equal(batch, whole) and torch.equal(batch_labels, whole_labels)

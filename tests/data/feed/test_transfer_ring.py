@@ -102,8 +102,7 @@ def test_the_device_buffers_are_reused_in_a_cycle_not_reallocated(device, lookah
 def test_a_batch_is_not_overwritten_while_the_consumer_holds_it_or_the_next(device, lookahead):
     """The code's guarantee: batch k's images and draws (views of a reused buffer) stay as staged at least
     until the consumer asks for batch k + 2 (the copy into its buffer is issued then, whatever the lookahead). Feed
-    turns each batch into a fresh tensor before it asks for the next. Labels are copies, valid for good. (transfer.py's
-    `stream` docstring promises "until the consumer asks for the batch `lookahead + 1` after it": so only for 1.)"""
+    turns each batch into a fresh tensor before it asks for the next. Labels are copies, valid for good."""
     transfer = DeviceTransfer(torch.device(device), BATCH, SHAPE, lookahead=lookahead)
     held = []
     for index, images, labels, draws in transfer.stream(staged_slots(transfer), ScribblingPool()):

@@ -87,8 +87,9 @@ class DeviceTransfer:
     def stream(self, staged, pool):
         """Yield (index, images, labels, draws) on the device, copies running `lookahead` batches ahead.
 
-        The images tensor is a view of a reused device buffer: valid until the consumer asks for the batch
-        `lookahead + 1` after it; `Feed` turns it into a fresh augmented tensor at once.
+        The images and draws are views of a reused device buffer (`lookahead + 1` of them): valid until the
+        consumer asks for the batch two after it, when the copy into that buffer is issued, whatever the lookahead;
+        `Feed` turns them into a fresh augmented tensor at once. The labels are a copy, the caller's to keep.
         """
         pending: deque = deque()
         staged_iterator = iter(staged)
@@ -135,8 +136,10 @@ class ResidentData:
         images = torch.empty((len(dataset), *dataset.shape), dtype=torch.uint8, device=device)
         rows = max(1, chunk_bytes // dataset.bytes_per_sample)
         for start in range(0, len(dataset), rows):  # chunked so a memory-mapped file never sits in RAM whole
-            piece = torch.from_numpy(np.ascontiguousarray(dataset.images[start:start + rows]))
-            images[start:start + rows].copy_(piece)
+            piece = np.ascontiguousarray(dataset.images[start:start + rows])
+            if not piece.flags.writeable:  # a read-only memory map: torch warns on such arrays, though only read
+                piece = piece.copy()
+            images[start:start + rows].copy_(torch.from_numpy(piece))
         labels = torch.from_numpy(dataset.labels).to(device)
         return cls(images, labels)
 

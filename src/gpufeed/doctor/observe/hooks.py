@@ -39,6 +39,7 @@ torch.compile. DataLoader workers fork with the hooks installed; they count noth
 from __future__ import annotations
 
 import os
+import threading
 import time
 import warnings
 import weakref
@@ -77,6 +78,7 @@ class Instrumentation:
         self._optimizers: set[int] = set()  # ids of the optimizers that stepped
         self.parts = StepParts(watcher)  # the model's forward and the optimizer steps, timed (parts.py)
         self._inside = 0  # inside an instrumented copy or wait: torch's sync warnings there are already counted
+        self._nested = threading.local()  # this thread is inside one already: a subclass's __torch_function__
         self._sync_debug_previous: int | None = None
         self._warnings_saved: tuple | None = None
         self.built = Constructions()  # where each DataLoader was built (frameworks/setup.py)
@@ -115,9 +117,8 @@ class Instrumentation:
 
     # --- step clocks --------------------------------------------------------------------------------------
     def _on_optimizer_step(self, optimizer, args, kwargs) -> None:
-        if os.getpid() != self._pid:
+        if os.getpid() != self._pid or not self.parts.optimizer_ended(optimizer):  # its time into the step it ends
             return
-        self.parts.optimizer_ended(optimizer)  # into the step it ends
         self.watcher.seen["optimizer steps"] += 1
         if id(optimizer) not in self._optimizers:
             self._optimizers.add(id(optimizer))
@@ -235,18 +236,27 @@ class Instrumentation:
     def _patch_cuda(self) -> None:
         instrumentation, watcher = self, self.watcher
 
+        nested = instrumentation._nested
+
         def timed(original, tensor, args, kwargs):
+            """The call and its seconds; None for the seconds of a call made from inside another on this thread
+            (a tensor subclass's __torch_function__ calls the patched method again: the same copy, counted once)."""
+            if getattr(nested, "depth", 0):
+                return original(tensor, *args, **kwargs), None
             instrumentation._inside += 1
+            nested.depth = 1
             start = time.perf_counter()
             try:
                 return original(tensor, *args, **kwargs), time.perf_counter() - start
             finally:
+                nested.depth = 0
                 instrumentation._inside -= 1
 
         def make_move(original):  # .to, .cuda, .cpu: a copy when the result is on the other side
             def move(tensor, *args, **kwargs):
                 result, seconds = timed(original, tensor, args, kwargs)
-                if result is not tensor and isinstance(result, torch.Tensor) and result.is_cuda != tensor.is_cuda:
+                if (seconds is not None and result is not tensor and isinstance(result, torch.Tensor)
+                        and result.is_cuda != tensor.is_cuda):
                     instrumentation._moved(tensor, result.is_cuda, seconds)
                 return result
             return move
@@ -254,7 +264,7 @@ class Instrumentation:
         def make_copy(original):
             def copy_(destination, source, *args, **kwargs):
                 result, seconds = timed(original, destination, (source, *args), kwargs)
-                if isinstance(source, torch.Tensor) and destination.is_cuda != source.is_cuda:
+                if seconds is not None and isinstance(source, torch.Tensor) and destination.is_cuda != source.is_cuda:
                     instrumentation._moved(source, destination.is_cuda, seconds)
                 return result
             return copy_
@@ -264,14 +274,16 @@ class Instrumentation:
                 if not tensor.is_cuda:
                     return original(tensor, *args, **kwargs)
                 result, seconds = timed(original, tensor, args, kwargs)
-                watcher.on_sync(seconds)
+                if seconds is not None:
+                    watcher.on_sync(seconds)
                 return result
             return wait
 
         def make_synchronize(original):
             def synchronize(*args, **kwargs):
                 result, seconds = timed(lambda _, *a, **k: original(*a, **k), None, args, kwargs)
-                watcher.on_sync(seconds)
+                if seconds is not None:
+                    watcher.on_sync(seconds)
                 return result
             return synchronize
 

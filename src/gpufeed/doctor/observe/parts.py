@@ -34,6 +34,7 @@ class StepParts:
         self.model: torch.nn.Module | None = None  # the step's model, once found
         self._handles: list = []
         self._optimizer_started: dict[int, float] = {}  # id(optimizer) -> perf_counter at its step's start
+        self._optimizer_depth: dict[int, int] = {}  # id(optimizer) -> its step() calls active now (see below)
         self._model_depth = 0  # calls of the model active now
         self._model_started: float | None = None  # the outermost timed call's start
 
@@ -44,18 +45,28 @@ class StepParts:
     def remove(self) -> None:
         for handle in self._handles:
             handle.remove()
-        self._handles, self.model, self._optimizer_started = [], None, {}
+        self._handles, self.model, self._optimizer_started, self._optimizer_depth = [], None, {}, {}
         self._model_depth, self._model_started = 0, None
 
     # --- optimizer steps ------------------------------------------------------------------------------------
     def _on_optimizer_start(self, optimizer, args, kwargs) -> None:
-        self._optimizer_started[id(optimizer)] = time.perf_counter()
+        depth = self._optimizer_depth.get(id(optimizer), 0) + 1
+        self._optimizer_depth[id(optimizer)] = depth
+        if depth == 1:
+            self._optimizer_started[id(optimizer)] = time.perf_counter()
 
-    def optimizer_ended(self, optimizer) -> None:
-        """`optimizer`'s step returned (the Instrumentation's post-hook, before the step boundary)."""
+    def optimizer_ended(self, optimizer) -> bool:
+        """`optimizer`'s step returned (the Instrumentation's post-hook, before the step boundary): True when it is
+        the outermost call. torch hooks the `step` of each optimizer class instantiated, so a subclass's `step` that
+        calls `super().step()` runs the hooks twice once its base class has had an instance: one step, not two."""
+        depth = self._optimizer_depth.pop(id(optimizer), 1) - 1
+        if depth > 0:
+            self._optimizer_depth[id(optimizer)] = depth
+            return False
         started = self._optimizer_started.pop(id(optimizer), None)
         if started is not None:
             self.watcher.on_optimizer_time(time.perf_counter() - started)
+        return True
 
     # --- the model's forward --------------------------------------------------------------------------------
     def time_model(self, module: torch.nn.Module, inputs) -> None:
