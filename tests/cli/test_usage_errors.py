@@ -13,7 +13,7 @@ BAD_VALUES = [
     ("pack", ["--count", "x"], "argument --count: invalid int value: 'x'"),
     ("train", ["--epochs", "x"], "argument --epochs: invalid int value: 'x'"),
     ("bench", ["--quick", "extra"], "unrecognized arguments: extra"),
-    ("plan", [], "the following arguments are required: --model"),
+    ("plan", [], "one of the arguments --model --list-models is required"),
     ("doctor", ["--steps", "0"], "argument --steps: must be at least 1, got 0"),
     ("report", [], "the following arguments are required: RUN.json"),
     ("compare", ["base.json"], "the following arguments are required: NEW.json"),

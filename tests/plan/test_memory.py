@@ -54,15 +54,15 @@ def test_activations_of_a_small_mlp_by_hand():
     four gradients (3,408) exist, the momentum buffers (3,408) and weights (3,408) too, and besides them:
       input 8x48 fp32          1,536   (the batch, held by the loop)
       labels 8 int64              64
-      logits 8x4 fp32            128   (held by the loop until the step ends)
       loss ()                      4
       d loss / d loss ()           4   (autograd's root gradient, held through the backward)
       ReLU's input gradient 8x16 512   (the gradient flowing into Linear1)
-    Gone by then: Linear1's output (saved by ReLU and Linear2, released as they were passed), log-softmax output,
-    nll's total_weight, the gradient into Linear2 and into log-softmax."""
+    Gone by then: the logits (the step's loss function returned without them), Linear1's output (saved by ReLU and
+    Linear2, released as they were passed), log-softmax output, nll's total_weight, the gradient into Linear2 and
+    into log-softmax."""
     estimate = estimate_memory(small_mlp, SAMPLE, 8, 4, "sgd", "fp32", "cpu")
-    assert estimate.activations_bytes == 1536 + 64 + 128 + 4 + 4 + 512 == 2248
-    assert estimate.peak_bytes == 3 * 3408 + 2248
+    assert estimate.activations_bytes == 1536 + 64 + 4 + 4 + 512 == 2120
+    assert estimate.peak_bytes == 3 * 3408 + 2120
     assert estimate.overhead_bytes == 0
     assert estimate.notes[0].startswith("peak in the backward")
 
@@ -70,16 +70,16 @@ def test_activations_of_a_small_mlp_by_hand():
 def test_accumulating_gradients_holds_them_through_the_forward_and_backward():
     """grad_accumulation 2, SGD, batch 8: the second micro-batch runs with the first one's gradients (3,408) held,
     and each new gradient is made beside them before it is added in. The peak is in the backward, when Linear1's
-    new weight and bias gradients exist: input 1,536 + labels 64 + logits 128 + loss 4 + loss / 2 4 + its root
+    new weight and bias gradients exist: input 1,536 + labels 64 + loss 4 + loss / 2 4 + its root
     gradient 4 + ReLU's input gradient 512 + new W1 gradient 3,072 + new b1 gradient 64. The first micro-batch
     is the grads_freed step of test_activations_of_a_small_mlp_by_hand, plus the loss / 2 scalar."""
     estimate = estimate_memory(small_mlp, SAMPLE, 8, 4, "sgd", "fp32", "cpu", grad_accumulation=2)
-    assert estimate.activations_bytes == 1536 + 64 + 128 + 4 + 4 + 4 + 512 + 3072 + 64 == 5388
-    assert estimate.peak_bytes == 3 * 3408 + 5388
-    assert estimate.peak_bytes_by_order == {"grads_freed": 3 * 3408 + 2248 + 4, "grads_live": 3 * 3408 + 5388}
+    assert estimate.activations_bytes == 1536 + 64 + 4 + 4 + 4 + 512 + 3072 + 64 == 5260
+    assert estimate.peak_bytes == 3 * 3408 + 5260
+    assert estimate.peak_bytes_by_order == {"grads_freed": 3 * 3408 + 2120 + 4, "grads_live": 3 * 3408 + 5260}
     assert estimate.grad_accumulation == 2 and "2 micro-batches" in estimate.step_order
     plain = estimate_memory(small_mlp, SAMPLE, 8, 4, "sgd", "fp32", "cpu")
-    assert plain.peak_bytes == plain.peak_bytes_by_order["grads_freed"] == 3 * 3408 + 2248
+    assert plain.peak_bytes == plain.peak_bytes_by_order["grads_freed"] == 3 * 3408 + 2120
     assert plain.peak_bytes_by_order["grads_live"] > plain.peak_bytes  # reported, not planned
     assert "zero_grad(set_to_none=True) before each forward" in plain.step_order
 
@@ -135,10 +135,10 @@ def test_bf16_counts_autocast_copies_of_the_weights():
 
 def test_cuda_target_adds_context_and_rounds_blocks_to_512_bytes():
     """The same small-MLP peak as on the CPU, each storage rounded up to 512 bytes, plus the CUDA context."""
-    # weights, input, labels, momentum, logits, loss, root gradient, W2 and b2 gradients, ReLU's input gradient,
-    # W1 and b1 gradients: the storages of test_activations_of_a_small_mlp_by_hand
-    live_at_peak = (*SMALL_WEIGHT_SIZES, 1536, 64, *SMALL_WEIGHT_SIZES, 128, 4, 4, 256, 16, 512, 3072, 64)
-    assert sum(live_at_peak) == 3 * 3408 + 2248  # weights, gradients, momentum, activations
+    # weights, input, labels, momentum, loss, root gradient, W2 and b2 gradients, ReLU's input gradient, W1 and b1
+    # gradients: the storages of test_activations_of_a_small_mlp_by_hand
+    live_at_peak = (*SMALL_WEIGHT_SIZES, 1536, 64, *SMALL_WEIGHT_SIZES, 4, 4, 256, 16, 512, 3072, 64)
+    assert sum(live_at_peak) == 3 * 3408 + 2120  # weights, gradients, momentum, activations
     rounded = sum(math.ceil(size / CUDA_BLOCK_BYTES) * CUDA_BLOCK_BYTES for size in live_at_peak)
     estimate = estimate_memory(small_mlp, SAMPLE, 8, 4, "sgd", "fp32", "cuda")
     assert estimate.peak_bytes == CUDA_CONTEXT_BYTES + rounded

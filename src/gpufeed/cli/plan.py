@@ -36,17 +36,40 @@ def register(subparsers) -> None:
                                    description="Device memory itemized, compute, host RAM, cores, disk and power "
                                                "supply, and the catalog's GPUs ranked by time and cost.",
                                    epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", required=True, help="mlp | cnn | resnet18 | resnet50 | path/to/file.py:factory")
+    chosen = parser.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--model", help="mlp | cnn | resnet18 | resnet50 | path/to/file.py:factory (images); a "
+                                         "language model: a catalog name (--list-models), a config.json or its "
+                                         "folder, a model id in the local Hugging Face cache, or file.py:factory "
+                                         "with --seq-len")
+    chosen.add_argument("--list-models", action="store_true",
+                        help="list the catalog's language models (configuration facts with their sources) and exit")
+    language = parser.add_argument_group("language models (pip install 'gpufeed[lm]')")
+    language.add_argument("--seq-len", type=int, metavar="N",
+                          help="tokens per sequence (default min(2048, the model's positions)); the batch is "
+                               "--batch-size sequences (default 1 for a language model)")
+    language.add_argument("--method", choices=("full", "lora", "qlora"), default=None,
+                          help="full fine-tune (default), LoRA through peft, or QLoRA (a 4-bit NF4 base)")
+    language.add_argument("--lora-rank", type=int, default=None, metavar="R", help="LoRA's rank (default 16)")
+    language.add_argument("--lora-alpha", type=int, default=None, help="LoRA's alpha (default twice the rank)")
+    language.add_argument("--lora-targets", default=None, metavar="NAMES",
+                          help="comma-separated module names LoRA adapts (default: peft's for the model type)")
+    language.add_argument("--activation-checkpointing", action="store_true",
+                          help="recompute each layer in the backward (the model's gradient_checkpointing_enable)")
+    language.add_argument("--frozen-dtype", choices=("bf16", "fp16", "fp32"), default=None,
+                          help="with lora or qlora: the dtype of the frozen base's weights (default bf16)")
     parser.add_argument("--input", default=None, help="one sample's shape, CxHxW (default 3x32x32, or from --data)")
     parser.add_argument("--classes", type=int, default=None, help="number of classes (default 10, or from --data)")
-    parser.add_argument("--batch-size", type=int, default=256,
-                        help="per GPU (per micro-batch with --grad-accumulation)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="per GPU (per micro-batch with --grad-accumulation); default 256 images, 1 sequence")
     parser.add_argument("--grad-accumulation", type=int, default=1, metavar="K",
                         help="micro-batches per optimizer step, gradients summed across them (default 1)")
-    parser.add_argument("--optimizer", default="adamw", help="sgd | adam | adamw")
+    parser.add_argument("--optimizer", default="adamw",
+                        help="sgd | adam | adamw; for a language model also adafactor (transformers') and adamw-8bit "
+                             "(bitsandbytes' state)")
     parser.add_argument("--precision", default="bf16",
                         help="bf16 | fp16 | fp32 | tf32 (TF32 matrix products and convolutions) | fp64; bf16 "
-                             "falls back to fp16 with a scaler on GPUs without it")
+                             "falls back to fp16 with a scaler on GPUs without it; for a language model also "
+                             "bf16-true (weights, gradients and optimizer state in bf16)")
     parser.add_argument("--dataset-size", type=int, default=None, help="samples per epoch (default 50000)")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--gpus", type=int, default=1)
@@ -77,9 +100,53 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
+IMAGE_ONLY = ("input", "classes", "dataset_size", "data", "image_size", "source_gib", "encoding", "max_side",
+              "channels_last", "target_hours")
+LANGUAGE_ONLY = ("seq_len", "method", "lora_rank", "lora_alpha", "lora_targets", "frozen_dtype")
+
+
+def is_language_model(args) -> bool:
+    """Our image models and a file.py:factory without language-model options are planned as images; anything else
+    (a catalog name, a config, a cached id, or a factory with --seq-len) as a language model."""
+    from gpufeed.train.models import MODELS
+
+    if args.model in MODELS:
+        return False
+    path, _, name = args.model.rpartition(":")
+    if path.endswith(".py") and name:
+        return any(getattr(args, option) not in (None, False) for option in LANGUAGE_ONLY) or \
+            args.activation_checkpointing
+    return True
+
+
+def _language_request(args):
+    from gpufeed.plan.language_model import FineTune
+    from gpufeed.plan.language_plan import LanguagePlanRequest
+
+    given = [f"--{option.replace('_', '-')}" for option in IMAGE_ONLY if getattr(args, option) not in (None, False)]
+    given += [flag for flag, used in (("--gpus", args.gpus != 1), ("--gpu", bool(args.host_gpu)),
+                                      ("--check", args.check), ("--decode", args.decode != "cpu")) if used]
+    if given:
+        raise ConfigError(f"{given[0]} goes with image models; a language model's plan takes --seq-len, --batch-size, "
+                          f"--method, --optimizer, --precision and --grad-accumulation")
+    method = args.method or "full"
+    targets = tuple(name.strip() for name in args.lora_targets.split(",") if name.strip()) \
+        if args.lora_targets else None
+    if method == "full" and (args.lora_rank is not None or args.frozen_dtype is not None):
+        raise ConfigError("--lora-rank and --frozen-dtype go with --method lora or qlora")
+    tune = FineTune(method, args.lora_rank or 16, args.lora_alpha, targets, args.activation_checkpointing)
+    return LanguagePlanRequest(model=args.model, sequence_length=args.seq_len, batch_size=args.batch_size or 1,
+                               tune=tune, optimizer=args.optimizer, precision=args.precision,
+                               frozen_dtype=args.frozen_dtype or "bf16", grad_accumulation=args.grad_accumulation)
+
+
 def _request(args):
     from gpufeed.plan.run import PlanRequest, parse_input_shape
 
+    given = [f"--{option.replace('_', '-')}" for option in LANGUAGE_ONLY if getattr(args, option) is not None]
+    if given or args.activation_checkpointing:
+        raise ConfigError(f"{(given or ['--activation-checkpointing'])[0]} goes with a language model; "
+                          f"{args.model} is planned as an image model")
     shape, classes, size, stored = (3, 32, 32), 10, 50_000, None
     if args.data and args.encoding:
         raise ConfigError("--encoding states how samples are stored when there is no --data; --data's file says "
@@ -92,7 +159,7 @@ def _request(args):
     if args.input:
         shape = parse_input_shape(args.input)
     return PlanRequest(model=args.model, input_shape=shape, num_classes=args.classes or classes,
-                       batch_size=args.batch_size, optimizer=args.optimizer, precision=args.precision,
+                       batch_size=args.batch_size or 256, optimizer=args.optimizer, precision=args.precision,
                        dataset_size=args.dataset_size or size, epochs=args.epochs, gpus=args.gpus,
                        target_hours=args.target_hours, bytes_per_sample=stored, host_gpu=args.host_gpu,
                        grad_accumulation=args.grad_accumulation,
@@ -196,9 +263,110 @@ def _show(plan) -> None:
         console.print(f"[dim]not measured: {line}[/dim]")
 
 
+def _list_models(args) -> int:
+    from gpufeed.plan.language_model import language_catalog
+
+    if args.html:
+        raise ConfigError("--list-models has no page: leave out --html (--json writes the list)")
+    models = language_catalog()
+    document = {"models": [{"name": entry.name, "hf_id": entry.hf_id, "parameters": entry.parameters,
+                            "source": entry.source, "config": entry.config} for entry in models]}
+    if args.json != "-":
+        table = Table(title="language models in the catalog (gpufeed plan --model NAME)")
+        for column in ("name", "parameters", "layers", "width", "vocabulary", "positions", "facts from"):
+            table.add_column(column)
+        for entry in models:
+            config = entry.config
+            layers = config.get("num_hidden_layers") or config.get("n_layer") or config.get("num_layers")
+            width = config.get("hidden_size") or config.get("n_embd") or config.get("d_model")
+            positions = config.get("max_position_embeddings") or config.get("n_positions")
+            table.add_row(entry.name, f"{entry.parameters / 1e9:,.2f} B", str(layers), str(width),
+                          f"{config['vocab_size']:,}", "relative" if positions is None else f"{positions:,}",
+                          entry.source)
+        console.print(table)
+    emit_document(document, "plan", args)
+    return 0
+
+
+def _size(value: int) -> str:
+    """GiB from 1 GiB up, MiB below (small parts do not read 0.00 GiB), as the page shows them."""
+    return f"{value / 2**30:,.2f} GiB" if value >= 2**30 else f"{value / 2**20:,.1f} MiB"
+
+
+def _language_memory(plan) -> None:
+    memory, request = plan.memory, plan.request
+    tune = request.tune
+    method = tune.method + (f" (rank {tune.lora_rank}, alpha {tune.alpha})" if tune.method != "full" else "")
+    method += ", activation checkpointing" if tune.checkpointing else ""
+    batch = (f"{request.batch_size} x {plan.sequence_length} tokens" if request.grad_accumulation == 1 else
+             f"micro-batch {request.batch_size} x {plan.sequence_length} tokens, {request.grad_accumulation} per step")
+    trained = (f"{plan.parameters:,} parameters, all trained" if tune.method == "full" else
+               f"{plan.parameters - plan.trainable_parameters:,} parameters frozen and {plan.trainable_parameters:,} "
+               f"of LoRA trained")
+    console.print(f"[bold]{request.model}[/bold] ({plan.model_type}, from {plan.source}): {trained}; {method}; "
+                  f"{batch}; {request.optimizer}, {request.precision}")
+    table = Table(title=f"device memory of one training step (traced on fake tensors); peak in the "
+                        f"{memory.peak_phase}")
+    table.add_column("part")
+    table.add_column("size", justify="right")
+    table.add_column("in the peak", justify="right")
+    parts = memory.peak_parts
+    rows = (("weights, trained", memory.trainable_weights_bytes, None),
+            ("weights, frozen (and buffers)", memory.frozen_weights_bytes, None),
+            ("weights", memory.weights_bytes, parts.get("weights")),
+            ("gradients", memory.gradients_bytes, parts.get("gradients")),
+            ("optimizer state", memory.optimizer_bytes, parts.get("optimizer")),
+            ("activations (forward/backward peak)", memory.activations_bytes, parts.get("activations")),
+            ("optimizer step's temporaries", memory.optimizer_step_bytes, parts.get("optimizer step")),
+            ("overhead", memory.overhead_bytes, parts.get("overhead")),
+            ("peak", memory.peak_bytes, memory.peak_bytes))
+    for name, size, in_peak in rows:
+        table.add_row(name, _size(size), "" if in_peak is None else _size(in_peak))
+    console.print(table)
+    if plan.flops_per_token is not None:
+        console.print(f"training FLOPs per token (6N + 12·L·h·s): {plan.flops_per_token:,}")
+
+
+def _show_language(plan) -> None:
+    _language_memory(plan)
+    request = plan.request
+    table = Table(title=f"what fits on one GPU: the largest micro-batch of {plan.sequence_length} tokens, the longest "
+                        f"sequence at batch {request.batch_size}")
+    for column in ("GPU", "memory", "fits", "max batch", "max tokens", "precision", "notes"):
+        table.add_column(column)
+    for gpu in plan.gpus:
+        table.add_row(gpu.name, f"{gpu.memory_bytes / 2**30:,.0f} GiB", "yes" if gpu.fits else "no",
+                      f"{gpu.max_batch_size:,}", f"{gpu.max_sequence_length:,}", gpu.precision, gpu.notes)
+    console.print(table)
+    for line in plan.notes:
+        console.print(f"note: {line}")
+    for line in plan.memory.notes:
+        console.print(f"note: {line}")
+    for line in plan.unmeasured:
+        console.print(f"[dim]not measured: {line}[/dim]")
+
+
+def _run_language(args) -> int:
+    from gpufeed.plan.language_plan import language_plan_json, make_language_plan
+
+    request = _language_request(args)
+    check_output_paths(args)
+    status = error_console if args.json == "-" else console
+    with status.status("planning: tracing the training step on fake tensors, then what fits on each GPU"):
+        plan = make_language_plan(request)
+    if args.json != "-":
+        _show_language(plan)
+    emit_document(language_plan_json(plan), "plan", args)
+    return 0
+
+
 def run(args) -> int:
     from gpufeed.plan.run import make_plan, plan_json
 
+    if args.list_models:
+        return _list_models(args)
+    if is_language_model(args):
+        return _run_language(args)
     if args.gpus is not None and args.gpus <= 0:
         raise ConfigError(f"--gpus must be positive, got {args.gpus}")
     check_output_paths(args, inputs=(args.data,) if args.data else ())

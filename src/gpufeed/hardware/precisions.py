@@ -1,8 +1,8 @@
 """The precisions gpufeed computes in, and how each runs: the table the peaks, bench's kernels and the training
 step (train/step.py) all read, so that a precision means the same thing to each.
 
-`PRECISIONS` is the names in the order they are shown (fp64, fp32, tf32, bf16, fp16); `PRECISION_SPECS` maps each
-to its `PrecisionSpec`.
+`PRECISIONS` is the names a benchmark or a peak takes, in the order they are shown (fp64, fp32, tf32, bf16, fp16);
+`PRECISION_SPECS` maps each to its `PrecisionSpec`, and also holds bf16-true, a precision only the planner takes.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ PRECISION_SPECS: dict[str, PrecisionSpec] = {
     "tf32": PrecisionSpec(torch.float32, None, torch.float32, tensor_float32=True),
     "bf16": PrecisionSpec(torch.float32, torch.bfloat16, torch.bfloat16),
     "fp16": PrecisionSpec(torch.float32, torch.float16, torch.float32, scaled=True),
+    # weights, gradients and optimizer state in bf16, no autocast (torchtune's training; Lightning's name): planned
+    # only, never benchmarked (its matrix products are bf16's)
+    "bf16-true": PrecisionSpec(torch.bfloat16, None, torch.bfloat16),
 }
 # Precisions a benchmark or a peak may be asked for, in the order they are shown.
-PRECISIONS = tuple(PRECISION_SPECS)  # fp64, fp32, tf32, bf16, fp16
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16")

@@ -30,6 +30,8 @@ def meta_model(model_or_factory: nn.Module | Callable[[], nn.Module]) -> nn.Modu
     try:
         with torch.device("meta"):
             model = model_or_factory()
+    except ConfigError:
+        raise
     except Exception as error:
         raise ConfigError(f"the model factory raised {one_line(error)}; fix it, or pass an nn.Module") from error
     if not isinstance(model, nn.Module):
@@ -37,14 +39,18 @@ def meta_model(model_or_factory: nn.Module | Callable[[], nn.Module]) -> nn.Modu
     return model
 
 
-def fake_weights(model: nn.Module, device: torch.device, dtype: torch.dtype, channels_last: bool) -> None:
-    """Under FakeTensorMode: model.to(device, dtype, memory format), in place (nn.Module.to cannot swap fakes)."""
+def fake_weights(model: nn.Module, device: torch.device, dtype: torch.dtype, channels_last: bool,
+                 frozen_dtype: torch.dtype | None = None) -> None:
+    """Under FakeTensorMode: model.to(device, dtype, memory format), in place (nn.Module.to cannot swap fakes);
+    floating parameters that are not trained in `frozen_dtype` when given (a LoRA base held in bf16). Tensors of
+    other dtypes (token ids, 4-bit packed weights) keep theirs."""
     made: dict[int, torch.Tensor] = {}  # tied weights stay tied
     for module in model.modules():
         for table, is_parameter in ((module._parameters, True), (module._buffers, False)):
             for name, old in [(name, old) for name, old in table.items() if old is not None]:
                 if id(old) not in made:
-                    kind = dtype if old.is_floating_point() else old.dtype
+                    frozen = is_parameter and not old.requires_grad and frozen_dtype is not None
+                    kind = (frozen_dtype if frozen else dtype) if old.is_floating_point() else old.dtype
                     if channels_last and old.dim() == 4:
                         new = torch.empty(old.shape, dtype=kind, device=device, memory_format=torch.channels_last)
                     else:

@@ -41,15 +41,18 @@ from torch._subclasses import FakeTensorMode
 from gpufeed.errors import ConfigError
 from gpufeed.plan.fake_model import fake_weights, meta_model, one_line
 from gpufeed.plan.live_bytes import LiveBytes
-from gpufeed.train.step import OPTIMIZERS, TRAIN_PRECISIONS, Precision, TrainStep, make_optimizer
+from gpufeed.plan.optimizers import PLAN_OPTIMIZERS, make_plan_optimizer
+from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep
 
 DEVICE_TYPES = ("cuda", "cpu")
+PRECISIONS = (*TRAIN_PRECISIONS, "bf16-true")  # bf16-true: weights, gradients and optimizer state in bf16
 STEP_ORDERS = ("grads_freed", "grads_live")
 # What a process holds on the GPU before its first tensor: CUDA context, cuBLAS/cuDNN handles. 300-600 MiB with
 # CUDA 12's lazy loading, by card and libraries: a round default, not a measurement of any card.
 CUDA_CONTEXT_BYTES = 500 * 2**20
 CUDA_BLOCK_BYTES = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this
 FIRST_GUESS_BATCH = 16  # max_batch_size's second traced batch
+SEQUENCE_STEP = 128  # the longest sequence that fits is found to this many tokens
 _TRACED_PEAKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # factory -> {(setup, batch): peak_bytes}
 
 
@@ -57,15 +60,20 @@ _TRACED_PEAKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # factor
 class MemoryEstimate:
     """Device bytes of one training step in the steady state (the optimizer's state exists), on one GPU or the CPU.
 
-    weights_bytes: parameters and buffers (BatchNorm's running statistics). gradients_bytes: one per parameter.
-    optimizer_bytes: SGD's momentum buffers; Adam's exp_avg and exp_avg_sq and a 4-byte step per parameter tensor.
-    activations_bytes: what else is held at the peak moment: the peak minus the weights, gradients and optimizer
-    state live then; that is the batch and labels, tensors saved for the backward, autocast's bf16/fp16 copies of
-    weights, gradients in flight, optimizer temporaries.
+    weights_bytes: parameters and buffers (BatchNorm's running statistics, rotary tables), of which
+    trainable_weights_bytes are the parameters trained and frozen_weights_bytes the rest (a LoRA base, buffers).
+    gradients_bytes: one per trained parameter. optimizer_bytes: SGD's momentum buffers; Adam's exp_avg and
+    exp_avg_sq and a 4-byte step per parameter tensor (plan/optimizers.py for the others).
+    activations_bytes: at the forward's and backward's own peak, what is held besides the weights, gradients and
+    optimizer state: the batch, tensors saved for the backward, autocast's bf16/fp16 copies of weights, gradients
+    in flight. optimizer_step_bytes: at the optimizer step's own peak, what it holds besides them (its
+    temporaries: foreach's, an fp32 copy of a bf16 weight).
     overhead_bytes: CUDA context + allocator rounding at the peak; 0 on the CPU.
-    peak_bytes: the most bytes live at once in the loop planned (`step_order`), plus the overhead: weights +
-    activations + overhead + the gradients and optimizer state live at the peak (a peak in the backward sees only
-    part of the gradients; `notes` says how much). The parts above are those of the order that peaks.
+    peak_bytes: the most bytes live at once in the loop planned (`step_order`), plus the overhead, in `peak_phase`
+    ("forward", "backward" or "optimizer step"); `peak_parts` is what it holds, summing to it exactly: weights,
+    the gradients and optimizer state live then (a peak in the backward sees only part of the gradients),
+    activations or the optimizer step's bytes, overhead. The parts above are those of the order that peaks.
+    sequence_length: a language model's tokens per sample (None for other inputs).
     batch_size: per micro-batch; grad_accumulation: micro-batches per optimizer step.
     step_order: the loop planned, in words. peak_bytes_by_order: the peak of each order of STEP_ORDERS.
     kernel_scratch_bound_bytes: on a CPU target, the most the allocator's peak can exceed peak_bytes by the
@@ -88,18 +96,30 @@ class MemoryEstimate:
     step_order: str = ""
     peak_bytes_by_order: dict[str, int] = field(default_factory=dict)
     kernel_scratch_bound_bytes: int = 0
+    trainable_parameters: int = 0
+    trainable_weights_bytes: int = 0
+    frozen_weights_bytes: int = 0
+    optimizer_step_bytes: int = 0
+    peak_phase: str = ""
+    peak_parts: dict[str, int] = field(default_factory=dict)
+    sequence_length: int | None = None
 
 
 @dataclass(frozen=True)
 class _Setup:
     input_shape: tuple[int, ...]
-    num_classes: int
+    num_classes: int | None  # None: a language model (token ids in, its own loss)
     optimizer: str
     precision: str
     device_type: str
     input_dtype: torch.dtype
     channels_last: bool
     grad_accumulation: int
+    frozen_dtype: torch.dtype | None = None  # a parameter not trained is held in this dtype (None: the precision's)
+
+    @property
+    def tokens(self) -> bool:
+        return self.num_classes is None
 
 
 def _positive_int(value: object) -> bool:
@@ -108,7 +128,7 @@ def _positive_int(value: object) -> bool:
 
 def _setup(input_shape, num_classes, optimizer, precision, device_type, input_dtype, channels_last,
            grad_accumulation) -> _Setup:
-    for name, value, choices in (("optimizer", optimizer, OPTIMIZERS), ("precision", precision, TRAIN_PRECISIONS),
+    for name, value, choices in (("optimizer", optimizer, PLAN_OPTIMIZERS), ("precision", precision, PRECISIONS),
                                  ("device type", device_type, DEVICE_TYPES)):
         if value not in choices:
             raise ConfigError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
@@ -143,22 +163,24 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int, order: str) -> Memo
     precision = Precision(setup.precision, "planned")
     try:
         with FakeTensorMode():
-            fake_weights(model.train(), device, precision.parameter_dtype, channels_last)
+            fake_weights(model.train(), device, precision.parameter_dtype, channels_last, setup.frozen_dtype)
             for tensor in itertools.chain(model.parameters(), model.buffers()):
                 tracker.add(tensor)
             with tracker:
-                optimizer = make_optimizer(setup.optimizer, model.parameters(), foreach=setup.device_type == "cuda")
+                trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
+                optimizer = make_plan_optimizer(setup.optimizer, trained, foreach=setup.device_type == "cuda")
                 inputs = torch.empty(shape, dtype=setup.input_dtype, device=device,
                                      memory_format=torch.channels_last if channels_last else torch.contiguous_format)
-                labels = torch.zeros(batch_size, dtype=torch.long, device=device)
-                for parameter in model.parameters():  # last step's gradients, laid out as autograd lays them
-                    parameter.grad = torch.empty_like(parameter) if parameter.requires_grad else None
+                labels = torch.zeros(shape if setup.tokens else batch_size, dtype=torch.long, device=device)
+                for parameter in trained:  # last step's gradients, laid out as autograd lays them
+                    parameter.grad = torch.empty_like(parameter)
                 optimizer.step()  # makes the optimizer's state, as a first step would: the steady state follows
-                first_gradients = tracker.serials_of(p.grad for p in model.parameters())
+                first_gradients = tracker.serials_of(p.grad for p in trained)
                 tracker.reset_peak()
                 # no scaler: its step reads a value, which fake tensors do not have (it unscales in place)
                 step = TrainStep(model, optimizer, precision, device.type, num_classes=setup.num_classes,
-                                 on_phase=lambda phase: setattr(tracker, "phase", phase))
+                                 on_phase=lambda phase: setattr(tracker, "phase", phase),
+                                 loss="model" if setup.tokens else "cross_entropy")
                 if order == "grads_freed":
                     step.zero_grad()
                 step.forward_backward(inputs, labels, loss_scale=1.0 / setup.grad_accumulation)
@@ -186,14 +208,30 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
     def total(serials: set[int], live: dict[int, int]) -> int:
         return sum(live.get(serial, 0) for serial in serials)
 
+    trained = [parameter for parameter in model.parameters() if parameter.requires_grad]
     weights = tracker.serials_of(itertools.chain(model.parameters(), model.buffers()))
-    gradients = tracker.serials_of(p.grad for p in model.parameters())
-    state = tracker.serials_of(t for per_parameter in optimizer.state.values() for t in per_parameter.values())
+    trainable = tracker.serials_of(trained)
+    gradients = tracker.serials_of(p.grad for p in trained) | first_gradients  # the first step's live to zero_grad
+    state = tracker.serials_of(t for per_parameter in optimizer.state.values() for t in per_parameter.values()
+                               if isinstance(t, torch.Tensor))
+    held = weights | gradients | state
+
+    def beyond_held(phases: tuple[str, ...]) -> int:  # at the largest of these phases' peaks, the rest
+        peaks = [tracker.phase_peaks[phase] for phase in phases if phase in tracker.phase_peaks]
+        if not peaks:
+            return 0
+        live = max(peaks, key=lambda peak: peak[0])[1]
+        return sum(live.values()) - total(held, live)
+
     peak, at_peak = sum(tracker.peak_live.values()), tracker.peak_live
-    gradients_at_peak = total(gradients | first_gradients, at_peak)  # the first step's are live until zero_grad
+    gradients_at_peak, state_at_peak = total(gradients, at_peak), total(state, at_peak)
     context = CUDA_CONTEXT_BYTES if setup.device_type == "cuda" else 0
+    in_optimizer = tracker.peak_phase == "optimizer step"
+    parts = {"weights": total(weights, at_peak), "gradients": gradients_at_peak, "optimizer": state_at_peak,
+             "optimizer step" if in_optimizer else "activations": peak - total(held, at_peak),
+             "overhead": context + tracker.peak_rounded - peak}
     notes = [f"peak in the {tracker.peak_phase}; live then: {gradients_at_peak:,} gradient "
-             f"bytes, {total(state, at_peak):,} of {total(state, tracker.live):,} optimizer bytes"]
+             f"bytes, {state_at_peak:,} of {total(state, tracker.live):,} optimizer bytes"]
     if tracker.weight_copy_bytes:
         notes.append(f"autocast's {setup.precision} copies of the weights: {tracker.weight_copy_bytes:,} bytes, "
                      "counted in activations while they are held")
@@ -208,15 +246,21 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
     if scratch:
         notes.append(f"scratch of {setup.precision} matrix-product kernels (oneDNN, {torch.get_num_threads()} "
                      f"threads) is not traced: at most {scratch:,} bytes more at the peak (a stated bound)")
+    weights_bytes = total(weights, tracker.live)
+    trainable_bytes = total(trainable, tracker.live)
     return MemoryEstimate(
-        parameters=sum(p.numel() for p in model.parameters()), weights_bytes=total(weights, tracker.live),
-        gradients_bytes=total(gradients, tracker.live), optimizer_bytes=total(state, tracker.live),
-        activations_bytes=peak - total(weights | state, at_peak) - gradients_at_peak,
-        overhead_bytes=context + tracker.peak_rounded - peak, peak_bytes=context + tracker.peak_rounded,
-        batch_size=batch_size, precision=setup.precision, optimizer=setup.optimizer, kernel_scratch_bound_bytes=scratch,
+        parameters=sum(p.numel() for p in model.parameters()), weights_bytes=weights_bytes,
+        gradients_bytes=total(tracker.serials_of(p.grad for p in trained), tracker.live),
+        optimizer_bytes=total(state, tracker.live),
+        activations_bytes=beyond_held(("forward", "backward")), overhead_bytes=parts["overhead"],
+        peak_bytes=context + tracker.peak_rounded, batch_size=batch_size, precision=setup.precision,
+        optimizer=setup.optimizer, kernel_scratch_bound_bytes=scratch,
         method=f"fake-tensor trace of a steady-state training step (torch {torch.__version__}, "
                f"{tracker.device_type} kernels)",
-        notes=tuple(notes))
+        notes=tuple(notes), trainable_parameters=sum(p.numel() for p in trained),
+        trainable_weights_bytes=trainable_bytes, frozen_weights_bytes=weights_bytes - trainable_bytes,
+        optimizer_step_bytes=beyond_held(("optimizer step",)), peak_phase=tracker.peak_phase, peak_parts=parts,
+        sequence_length=setup.input_shape[0] if setup.tokens else None)
 
 
 def estimate_memory(model: nn.Module | Callable[[], nn.Module], input_shape: tuple[int, ...], batch_size: int,
@@ -245,47 +289,205 @@ def max_batch_size(model_or_factory: nn.Module | Callable[[], nn.Module], input_
                    num_classes: int, capacity_bytes: int, optimizer: str = "adamw", precision: str = "fp32",
                    device_type: str = "cuda", *, input_dtype: torch.dtype | None = None, channels_last: bool = False,
                    grad_accumulation: int = 1) -> int:
-    """The largest batch whose traced peak_bytes (overhead included) is at most capacity_bytes; 0 if 1 is not.
-
-    Each moment of the step holds bytes affine in the batch, so the peak is the largest of a few lines: convex.
-    A line through two traced batches guesses; each guess is traced; a secant between the largest batch that
-    fits and the smallest that does not never overshoots, and the search ends when they are adjacent. Peaks are
-    remembered per factory (weakly) and setting, so asking for many capacities, as ranking the catalog's cards
-    does, reuses them: a factory must build the same model every time.
+    """The largest batch whose traced peak_bytes (overhead included) is at most capacity_bytes; 0 if 1 is not,
+    found by `largest_fitting`. Peaks are remembered per factory (weakly) and setting, so asking for many
+    capacities, as ranking the catalog's cards does, reuses them: a factory must build the same model every time.
     """
     if not _positive_int(capacity_bytes):
         raise ConfigError(f"the memory capacity must be a positive int of bytes, got {capacity_bytes!r}")
     setup = _setup(input_shape, num_classes, optimizer, precision, device_type, input_dtype, channels_last,
                    grad_accumulation)
-    orders = STEP_ORDERS if grad_accumulation > 1 else ("grads_freed",)
+    return largest_fitting(_remembered_peaks(model_or_factory, lambda batch: (setup, batch)), capacity_bytes)
+
+
+def _remembered_peaks(model_or_factory, setup_and_batch: Callable[[int], tuple[_Setup, int]]) -> Callable[[int], int]:
+    """peak(n): the traced peak of the setting `setup_and_batch(n)` gives (the larger of both orders with
+    accumulation), remembered per factory (weakly) and setting."""
     known: dict[tuple[_Setup, int], int] = {}
     with contextlib.suppress(TypeError):  # a module, or a factory without weak references: no memory across calls
         if not isinstance(model_or_factory, nn.Module):
             known = _TRACED_PEAKS.setdefault(model_or_factory, known)
 
-    def peak(batch: int) -> int:
-        if (setup, batch) not in known:
-            known[(setup, batch)] = max(_trace(model_or_factory, setup, batch, order).peak_bytes for order in orders)
-        return known[(setup, batch)]
+    def peak(size: int) -> int:
+        setup, batch = key = setup_and_batch(size)
+        if key not in known:
+            orders = STEP_ORDERS if setup.grad_accumulation > 1 else ("grads_freed",)
+            known[key] = max(_trace(model_or_factory, setup, batch, order).peak_bytes for order in orders)
+        return known[key]
+
+    return peak
+
+
+def largest_fitting(peak: Callable[[int], int], capacity_bytes: int, limit: int | None = None,
+                    first_guess: int = FIRST_GUESS_BATCH) -> int:
+    """The largest n >= 1 (at most `limit`) with peak(n) <= capacity_bytes; 0 if 1 does not fit.
+
+    Each moment of the step holds bytes affine in the batch (and, with attention linear in it, in the sequence),
+    so the peak is the largest of a few lines: convex. A line through two traced sizes guesses; each guess is
+    traced; a secant between the largest size that fits and the smallest that does not never overshoots, and the
+    search ends when they are adjacent (bisection after 12 secants, for a curve that is not convex).
+    """
+    traced: dict[int, int] = {}
+
+    def at(size: int) -> int:
+        if size not in traced:
+            traced[size] = peak(size)
+        return traced[size]
+
+    if at(1) > capacity_bytes:
+        return 0
+    if limit is not None and at(limit) <= capacity_bytes:
+        return limit
 
     def bracket() -> tuple[int, int | None, int | None]:  # largest fitting, smallest failing, next traced below
-        traced = {batch: bytes_ for (at, batch), bytes_ in known.items() if at == setup}
-        fits = max(batch for batch, bytes_ in traced.items() if bytes_ <= capacity_bytes)
-        fails = min((batch for batch, bytes_ in traced.items() if bytes_ > capacity_bytes), default=None)
-        return fits, fails, max((batch for batch in traced if batch < fits), default=None)
+        fits = max(size for size, bytes_ in traced.items() if bytes_ <= capacity_bytes)
+        fails = min((size for size, bytes_ in traced.items() if bytes_ > capacity_bytes), default=None)
+        return fits, fails, max((size for size in traced if size < fits), default=None)
 
-    if peak(1) > capacity_bytes:
-        return 0
     for attempt in range(64):
         fits, fails, previous = bracket()
         if fails == fits + 1:
             return fits
-        guess = FIRST_GUESS_BATCH
+        guess = first_guess
         if fails is not None or previous is not None:
             low, high = (previous, fits) if fails is None else (fits, fails)
-            rise = peak(high) - peak(low)
-            guess = fits + (capacity_bytes - peak(fits)) * (high - low) // rise if rise > 0 else 2 * fits
+            rise = at(high) - at(low)
+            guess = fits + (capacity_bytes - at(fits)) * (high - low) // rise if rise > 0 else 2 * fits
         if fails is not None:  # between the two; bisect if 12 secants have not closed the gap
             guess = min(guess, fails - 1) if attempt < 12 else (fits + fails) // 2
-        peak(max(guess, fits + 1))
+        at(max(guess, fits + 1))
     return bracket()[0]
+
+
+def _language_setup(sequence_length: int, optimizer: str, precision: str, device_type: str,
+                    frozen_dtype: torch.dtype | None, grad_accumulation: int) -> _Setup:
+    if not _positive_int(sequence_length):
+        raise ConfigError(f"the sequence length must be a positive number of tokens, got {sequence_length!r}")
+    setup = _setup((sequence_length,), 2, optimizer, precision, device_type, torch.long, False, grad_accumulation)
+    return dataclasses.replace(setup, num_classes=None, frozen_dtype=frozen_dtype)
+
+
+def estimate_language_memory(model_factory: Callable[[], nn.Module], sequence_length: int, batch_size: int,
+                             optimizer: str = "adamw", precision: str = "bf16", device_type: str = "cuda", *,
+                             frozen_dtype: torch.dtype | None = None, grad_accumulation: int = 1) -> MemoryEstimate:
+    """Device bytes of a language model's training step on `batch_size` sequences of `sequence_length` token ids
+    (int64), its own loss on labels of the same shape (train/step.py `language_model_loss`); otherwise as
+    `estimate_memory`. `model_factory` builds the model (plan/language_model.py builds it on the meta device with
+    the method applied); its parameters with requires_grad False are frozen: no gradient, no optimizer state, held
+    in `frozen_dtype` when given. precision also takes bf16-true (PRECISIONS)."""
+    if not _positive_int(batch_size):
+        raise ConfigError(f"the batch size must be a positive int, got {batch_size!r}")
+    setup = _language_setup(sequence_length, optimizer, precision, device_type, frozen_dtype, grad_accumulation)
+    return _planned(model_factory, setup, batch_size)
+
+
+def fits_by_capacity(peak: Callable[[int], int], capacities: list[int], limit: int | None = None,
+                     step: int = 1) -> dict[int, int]:
+    """For each capacity, the largest size n (a multiple of `step`, at most `limit`) with peak(n) <= capacity,
+    checked by tracing n and n + step (0 when `step` does not fit); every trace is shared across capacities.
+
+    When the peak is a line (`_read_off_the_line`: three traces answer every capacity), the answers are read off it.
+    Otherwise a size is first guessed, then checked: after peak(step) and peak(2 step), by the line through them,
+    and once three sizes are traced, by the parabola through the three nearest the capacity (a step's bytes are
+    a polynomial of degree at most 2 in the batch or the sequence within one moment of peaking: linear layers and
+    sdpa are linear in both, eager attention's scores quadratic in the sequence). A guess outside the sizes known
+    to fit and not to fit is replaced by their midpoint (or a doubling above), so the search always closes.
+    """
+    traced: dict[int, int] = {}
+
+    def at(size: int) -> int:
+        if size not in traced:
+            traced[size] = peak(size)
+        return traced[size]
+
+    def on_grid(size: float) -> int:
+        return max(step, int(size // step) * step)
+
+    def guess(capacity: int) -> float | None:
+        points = sorted(traced, key=lambda size: abs(traced[size] - capacity))[:3]
+        if len(points) < 2:
+            return None
+        if len(points) == 2 or len({traced[size] for size in points}) < 3:
+            (x1, y1), (x2, y2) = sorted((size, traced[size]) for size in points[:2])
+            return None if y2 == y1 else x1 + (capacity - y1) * (x2 - x1) / (y2 - y1)
+        (x1, y1), (x2, y2), (x3, y3) = sorted((size, traced[size]) for size in points)
+        d1, d2 = (y2 - y1) / (x2 - x1), (y3 - y2) / (x3 - x2)
+        a = (d2 - d1) / (x3 - x1)  # y = y1 + d1 (x - x1) + a (x - x1)(x - x2)
+        b, c = d1 - a * (x1 + x2), y1 - d1 * x1 + a * x1 * x2 - capacity
+        if abs(a) < 1e-12:
+            return None if b == 0 else -c / b
+        disc = b * b - 4 * a * c
+        if disc < 0:
+            return None
+        roots = [(-b + sign * disc ** 0.5) / (2 * a) for sign in (1, -1)]
+        above = [root for root in roots if root >= x1 / 2]
+        return min(above) if above else None
+
+    answers: dict[int, int] = {}
+    if limit is not None:
+        limit = (limit // step) * step  # the largest size on the grid
+        if limit == 0:
+            return {capacity: 0 for capacity in capacities}
+    first = at(step)
+    if limit is None or limit >= 2 * step:
+        answers = _read_off_the_line(at, capacities, limit, step, first, at(2 * step) - first)
+    for capacity in sorted(set(capacities) - set(answers)):
+        for _ in range(64):
+            fits = max((size for size, bytes_ in traced.items() if bytes_ <= capacity), default=0)
+            fails = min((size for size, bytes_ in traced.items() if bytes_ > capacity), default=None)
+            if fits == 0 or (fails is not None and fails - fits <= step) or (limit is not None and fits >= limit):
+                answers[capacity] = fits if limit is None else min(fits, limit)
+                break
+            top = fails if fails is not None else (limit + step if limit is not None else None)
+            predicted = guess(capacity)
+            size = None if predicted is None else on_grid(predicted)
+            if size is None or size <= fits or (top is not None and size >= top):
+                size = on_grid((fits + top) // 2) if top is not None else 2 * fits
+                size = max(size, fits + step)
+            if top is not None and size >= top:
+                size = fits + step
+            if at(size) <= capacity and (top is None or size + step < top):
+                at(size + step)
+    return answers
+
+
+def _read_off_the_line(at: Callable[[int], int], capacities: list[int], limit: int | None, step: int, first: int,
+                       rise: int) -> dict[int, int]:
+    """Every capacity's answer from the line through peak(step) and peak(2 step), when peak(far), one step past the
+    line's answer for the largest capacity, is on it too: a convex peak (the largest of the moments' bytes, each
+    affine in the batch) that meets a line at step, 2 step and far is that line on all of [step, far], since it
+    lies above the line's extension beyond 2 step and below its chord. Answers below far are then exact; none
+    are given otherwise."""
+    if rise <= 0:
+        return {}
+
+    def on_line(capacity: int) -> int:
+        n = 0 if capacity < first else ((capacity - first) // rise + 1) * step
+        return n if limit is None else min(n, limit)
+
+    far = on_line(max(capacities)) + step
+    far = far if limit is None else min(far, limit)
+    if far > 2 * step and at(far) != first + rise * (far // step - 1):
+        return {}
+    return {capacity: on_line(capacity) for capacity in capacities
+            if on_line(capacity) < far or on_line(capacity) == limit}
+
+
+def language_fits(model_factory: Callable[[], nn.Module], capacities: list[int], sequence_length: int,
+                  batch_size: int, optimizer: str = "adamw", precision: str = "bf16", device_type: str = "cuda", *,
+                  frozen_dtype: torch.dtype | None = None, grad_accumulation: int = 1,
+                  max_positions: int | None = None) -> dict[int, tuple[int, int]]:
+    """For each capacity in bytes: (the largest micro-batch of `sequence_length` tokens, the longest sequence at
+    `batch_size`, a multiple of SEQUENCE_STEP tokens at most `max_positions`) whose traced peak fits it; 0 for one
+    that does not fit at 1 (`fits_by_capacity`). Peaks are remembered per factory, so asking again reuses the traces."""
+    if not capacities or not all(_positive_int(capacity) for capacity in capacities):
+        raise ConfigError(f"the memory capacities must be positive ints of bytes, got {capacities!r}")
+
+    def setting(tokens: int, batch: int) -> tuple[_Setup, int]:
+        return _language_setup(tokens, optimizer, precision, device_type, frozen_dtype, grad_accumulation), batch
+
+    by_batch = fits_by_capacity(_remembered_peaks(model_factory, lambda batch: setting(sequence_length, batch)),
+                                capacities)
+    by_length = fits_by_capacity(_remembered_peaks(model_factory, lambda tokens: setting(tokens, batch_size)),
+                                 capacities, limit=max_positions, step=SEQUENCE_STEP)
+    return {capacity: (by_batch[capacity], by_length[capacity]) for capacity in capacities}

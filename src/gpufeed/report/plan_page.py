@@ -18,6 +18,10 @@ FITS_COLOUR, MISSES_COLOUR = "#2ca02c", "#d62728"
 
 
 def plan_page(document: dict) -> Page:
+    if document.get("kind") == "language_model":
+        from gpufeed.report.language_plan_page import language_plan_page
+
+        return language_plan_page(document)
     request = document["request"]
     page = Page(f"gpufeed plan: {request['model']}, input {shape_text(request['input_shape'])}, "
                 f"batch {request['batch_size']}, {request['precision']}", document["about"])

@@ -10,7 +10,8 @@ The order is the one `gpufeed train` runs, per optimizer step:
 
     zero_grad(set_to_none=True)           # before the forward: last step's gradients are not held through it
     for each of K micro-batches:          # K = 1 unless gradients are accumulated
-        forward under autocast -> cross entropy (label smoothing) -> backward of loss / K (scaled under fp16)
+        forward under autocast -> the loss -> backward of loss / K (scaled under fp16)
+                                          # the loss: cross entropy (label smoothing), or a language model's own
     optimizer.step()                      # through the gradient scaler under fp16
 
 It is two methods, `forward_backward` and `optimizer_step`, because the scaler's step reads a value (its inf
@@ -20,6 +21,7 @@ check calls `.item()`), which fake tensors cannot give: the memory trace runs bo
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +37,7 @@ TRAIN_PRECISIONS = ("fp32", "bf16", "fp16", "fp64")
 OPTIMIZERS = ("adamw", "adam", "sgd")
 DEFAULT_LEARNING_RATES = {"adamw": 1e-3, "adam": 1e-3, "sgd": 0.1}  # torch's Adam default; SGD as for ResNets
 SGD_MOMENTUM = 0.9
+LOSSES = ("cross_entropy", "model")  # TrainStep.loss: a classifier's, or a language model's own
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,38 @@ class Precision:
 
     def scaler(self, device_type: str) -> torch.amp.GradScaler | None:
         return torch.amp.GradScaler(device_type) if self.spec.scaled else None
+
+
+def _takes_labels(model: nn.Module) -> bool:
+    """Whether `model`'s forward takes `labels` (a transformers model: it computes its own loss)."""
+    inner = getattr(model, "module", model)  # DDP
+    try:
+        parameters = inspect.signature(inner.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "labels" in parameters
+
+
+def language_model_loss(model: nn.Module, tokens: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The loss of a language model on token ids (B, N) with labels (B, N): the model's own when its forward takes
+    `labels` (a transformers model: causal models shift them inside, sequence-to-sequence models decode them),
+    else next-token cross entropy on the (B, N, vocabulary) logits it returns, in float32 as transformers does."""
+    if _takes_labels(model):
+        output = model(input_ids=tokens, labels=labels)
+        loss = output.get("loss") if isinstance(output, dict) else getattr(output, "loss", None)
+        if loss is None and isinstance(output, (tuple, list)) and output:
+            loss = output[0]
+        if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
+            raise ConfigError(f"the model was given labels but returned no scalar loss ({type(output).__name__})")
+        return loss
+    logits = model(tokens)
+    logits = getattr(logits, "logits", logits)
+    if not isinstance(logits, torch.Tensor) or logits.dim() != 3 or tuple(logits.shape[:2]) != tuple(tokens.shape):
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ConfigError(f"the model returns {shape} for token ids of shape {tuple(tokens.shape)}, not logits "
+                          f"(batch, tokens, vocabulary); or take labels= and return a loss")
+    shifted = logits[:, :-1].float()
+    return F.cross_entropy(shifted.reshape(-1, shifted.shape[-1]), labels[:, 1:].reshape(-1))
 
 
 def make_optimizer(name: str, parameters, learning_rate: float | None = None, weight_decay: float | None = None,
@@ -114,7 +149,8 @@ class TrainStep:
     optimizer: None only to count FLOPs (forward and backward, no step). scaler: the precision's (fp16), or
     None. num_classes: when given, logits of another shape are a ConfigError (a model that is not a classifier
     of that many classes). on_phase: told "forward", "backward", "optimizer step" as each begins (the memory
-    trace labels its peak with it).
+    trace labels its peak with it). loss: "cross_entropy" (a classifier: logits (B, classes) against labels (B,))
+    or "model" (a language model's own loss: token ids (B, N) in and labels (B, N), see `language_model_loss`).
     """
 
     model: nn.Module
@@ -125,6 +161,11 @@ class TrainStep:
     label_smoothing: float = 0.0
     num_classes: int | None = None
     on_phase: Callable[[str], None] | None = None
+    loss: str = "cross_entropy"
+
+    def __post_init__(self):
+        if self.loss not in LOSSES:
+            raise ConfigError(f"unknown loss {self.loss!r}; choose one of {', '.join(LOSSES)}")
 
     def _phase(self, name: str) -> None:
         if self.on_phase is not None:
@@ -137,19 +178,25 @@ class TrainStep:
             self.model.zero_grad(set_to_none=True)
 
     def forward_backward(self, inputs: torch.Tensor, labels: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
-        """Forward, cross entropy and backward of one (micro-)batch; gradients add to what `.grad` holds.
+        """Forward, the loss (`self.loss`) and backward of one (micro-)batch; gradients add to what `.grad` holds.
         Returns the unscaled loss, detached."""
         self._phase("forward")
         with self.precision.autocast(self.device_type):
-            logits = self.model(inputs)  # (B, classes)
-            if self.num_classes is not None and tuple(logits.shape) != (len(inputs), self.num_classes):
-                raise ConfigError(f"the model returns {tuple(logits.shape)} for a batch of {len(inputs)}, not "
-                                  f"({len(inputs)}, {self.num_classes}) logits (batch, classes)")
-            loss = F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)  # ()
+            if self.loss == "model":
+                loss = language_model_loss(self.model, inputs, labels)
+            else:
+                loss = self._cross_entropy(inputs, labels)
         self._phase("backward")
         scaled = loss if loss_scale == 1.0 else loss * loss_scale
         (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         return loss.detach()
+
+    def _cross_entropy(self, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        logits = self.model(inputs)  # (B, classes)
+        if self.num_classes is not None and tuple(logits.shape) != (len(inputs), self.num_classes):
+            raise ConfigError(f"the model returns {tuple(logits.shape)} for a batch of {len(inputs)}, not "
+                              f"({len(inputs)}, {self.num_classes}) logits (batch, classes)")
+        return F.cross_entropy(logits, labels, label_smoothing=self.label_smoothing)  # ()
 
     def optimizer_step(self) -> None:
         self._phase("optimizer step")
