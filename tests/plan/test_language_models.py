@@ -14,7 +14,7 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from transformers import LlamaConfig  # noqa: E402
+from transformers import GPT2Config, LlamaConfig, T5Config  # noqa: E402
 
 from gpufeed.cli.main import main  # noqa: E402
 from gpufeed.measure.transformer_flops import training_flops_per_token  # noqa: E402
@@ -115,6 +115,11 @@ def test_flops_per_token_is_6n_plus_12_l_h_s_with_the_input_embeddings_left_out(
     assert training_flops_per_token(multiplied, 2, 64, 128) == 6 * 138_048 + 12 * 2 * 64 * 128 == 1_024_896
     with pytest.raises(ValueError, match="layers"):
         training_flops_per_token(1, -1, 64, 128)
+    # LoRA: the base takes no weight gradient (4 FLOPs a frozen parameter), the adapters 6
+    lora = build_language_model(tiny(), FineTune("lora"))[0]
+    assert multiplied_parameters(lora) == multiplied + LORA
+    assert training_flops_per_token(multiplied + LORA, 2, 64, 128, LORA) == \
+        4 * (138_048 + 7_168) + 2 * 7_168 + 196_608 == 791_808
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -165,6 +170,7 @@ def _allocator_peak(model: LanguageModel, tune: FineTune, precision: str, frozen
     def run() -> None:
         torch.manual_seed(0)
         built = build_language_model(model, tune)[0].to_empty(device="cpu")
+        built.tie_weights()  # to_empty gives each module its own tensor: tied weights must be tied again
         chosen = Precision(precision, "")
         for parameter in built.parameters():
             with torch.no_grad():
@@ -183,17 +189,27 @@ def _allocator_peak(model: LanguageModel, tune: FineTune, precision: str, frozen
     return profiled_cpu_peak(run, {"step 1", "step 2"})
 
 
+SMALL = {"llama": tiny,  # untied output; GPT-2 ties its output to the embeddings, T5 ties three uses of one table
+         "gpt2": lambda: LanguageModel("gpt2", "the test", GPT2Config(n_embd=64, n_layer=2, n_head=4, n_positions=256,
+                                                                    vocab_size=1000)),
+         "t5": lambda: LanguageModel("t5", "the test", T5Config(d_model=64, d_ff=128, d_kv=16, num_layers=2,
+                                                              num_heads=4, vocab_size=1000, decoder_start_token_id=0,
+                                                              pad_token_id=0))}
+
+
+@pytest.mark.parametrize("architecture", SMALL)
 @pytest.mark.parametrize("tune, precision, frozen", [
     (FineTune(), "fp32", None), (FineTune("lora"), "fp32", None), (FineTune(checkpointing=True), "fp32", None),
     pytest.param(FineTune(), "bf16-true", None, marks=pytest.mark.isa),
     pytest.param(FineTune("lora"), "bf16", torch.bfloat16, marks=pytest.mark.isa)],
     ids=["full", "lora", "checkpointing", "bf16-true", "lora-bf16"])
-def test_traced_peak_of_a_small_llama_is_within_5_percent_of_the_allocator(tune, precision, frozen):
-    """The issue's bound. Measured 2026-12-03: -2.5% full, -3.9% LoRA, +0.02% checkpointing, -1.9% bf16-true, -2.5%
-    LoRA under bf16: the trace builds the causal mask transformers skips on real tensors (it reads their values to
-    see that nothing is padded), 128 KiB here."""
-    estimate = estimate_language_memory(factory(tiny(), tune), 64, 2, "adamw", precision, "cpu", frozen_dtype=frozen)
-    measured = _allocator_peak(tiny(), tune, precision, frozen)
+def test_traced_peak_of_small_transformers_is_within_5_percent_of_the_allocator(architecture, tune, precision, frozen):
+    """The issue's bound, on the CPU allocator's own events in a real step. Measured 2026-12-03 (fp32 / bf16-true
+    / LoRA under bf16): GPT-2 and T5 within 0.01-0.34% of it; Llama 1.9-3.9% above it, because on fake tensors
+    transformers cannot read the token ids and builds the causal mask it skips on real unpadded ids."""
+    model = SMALL[architecture]()
+    estimate = estimate_language_memory(factory(model, tune), 64, 2, "adamw", precision, "cpu", frozen_dtype=frozen)
+    measured = _allocator_peak(model, tune, precision, frozen)
     assert abs(measured - estimate.peak_bytes) <= 0.05 * estimate.peak_bytes, (estimate.peak_bytes, measured)
 
 
@@ -241,3 +257,25 @@ def test_list_models_prints_every_catalog_entry(capsys):
     assert main(["plan", "--list-models", "--json", "-"]) == 0
     listed = json.loads(capsys.readouterr().out)["models"]
     assert [entry["name"] for entry in listed] == [entry.name for entry in language_catalog()]
+
+
+@pytest.mark.slow
+def test_planning_a_7b_model_allocates_none_of_it():
+    """Mistral 7B's step traced in a fresh process: its peak RSS stays under 1.5 GiB, where its weights alone would
+    take 13.5 GiB in bf16 (measured 2026-12-03: 0.41 GiB planning Llama 3.1 8B with LoRA)."""
+    import subprocess
+    import sys
+
+    script = ("import resource, torch\n"
+              "from gpufeed.plan.language_model import FineTune, build_language_model, resolve_language_model\n"
+              "from gpufeed.plan.memory import estimate_language_memory\n"
+              "model = resolve_language_model('mistral-7b')\n"
+              "estimate = estimate_language_memory(lambda: build_language_model(model, FineTune())[0], 512, 1,\n"
+              "                                    'adamw', 'bf16-true')\n"
+              "rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "print(estimate.parameters, estimate.weights_bytes, rss)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    parameters, weights, rss_kib = (int(word) for word in done.stdout.split()[-3:])
+    assert parameters == 7_241_732_096 and weights >= 2 * parameters  # the plan saw the whole model in bf16
+    assert rss_kib * 1024 < 1.5 * 2**30, rss_kib

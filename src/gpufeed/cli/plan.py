@@ -324,7 +324,9 @@ def _language_memory(plan) -> None:
         table.add_row(name, _size(size), "" if in_peak is None else _size(in_peak))
     console.print(table)
     if plan.flops_per_token is not None:
-        console.print(f"training FLOPs per token (6N + 12·L·h·s): {plan.flops_per_token:,}")
+        rule = "6N + 12·L·h·s" if request.tune.method == "full" else "4N + 2N_trained + 12·L·h·s: no weight " \
+                                                                      "gradients for the frozen base"
+        console.print(f"training FLOPs per token ({rule}): {plan.flops_per_token:,}")
 
 
 def _show_language(plan) -> None:

@@ -115,7 +115,8 @@ def _flops_per_token(model: nn.Module, language_model: LanguageModel, sequence_l
     if language_model.seq2seq:  # encoder and decoder each attend over the sequence, the decoder twice
         decoder = getattr(language_model.config, "num_decoder_layers", None) or layers
         layers = layers + 2 * decoder
-    return training_flops_per_token(multiplied_parameters(model), layers, width, sequence_length)
+    trained = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+    return training_flops_per_token(multiplied_parameters(model), layers, width, sequence_length, trained)
 
 
 def _attention_width(language_model: LanguageModel) -> int | None:

@@ -63,7 +63,9 @@ def language_plan_page(document: dict) -> Page:
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=3, fontsize=8, frameon=False)
     page.chart(figure, f"What the peak holds, {gibibytes(memory['peak_bytes'])} in all.")
     if document.get("flops_per_token") is not None:
-        page.paragraph(f"Training FLOPs per token (6N + 12·L·h·s): {document['flops_per_token']:,}.")
+        rule = "6N + 12·L·h·s" if tune["method"] == "full" else "4N + 2N_trained + 12·L·h·s: no weight gradients " \
+                                                                "for the frozen base"
+        page.paragraph(f"Training FLOPs per token ({rule}): {document['flops_per_token']:,}.")
     page.heading("What fits on one GPU")
     page.table(["GPU", "memory", "fits", f"max batch at {document['sequence_length']} tokens",
                 f"max tokens at batch {request['batch_size']}", "precision", "notes"],
