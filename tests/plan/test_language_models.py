@@ -62,7 +62,11 @@ def test_each_catalog_model_builds_on_meta_with_the_parameters_its_model_card_pu
 
 
 def test_full_training_bytes_are_the_hand_derived_ones():
+    from transformers import masking_utils
+
+    check = masking_utils.find_packed_sequence_indices
     estimate = estimate_language_memory(factory(tiny(), FineTune()), 64, 2, "adamw", "fp32", "cpu")
+    assert masking_utils.find_packed_sequence_indices is check  # rows_as_read puts transformers back
     assert estimate.parameters == estimate.trainable_parameters == PARAMETERS == 202_048
     assert estimate.weights_bytes == 4 * PARAMETERS + 4 * BUFFER_ELEMENTS
     assert estimate.trainable_weights_bytes == 4 * PARAMETERS and estimate.frozen_weights_bytes == 4 * BUFFER_ELEMENTS
@@ -197,20 +201,29 @@ SMALL = {"llama": tiny,  # untied output; GPT-2 ties its output to the embedding
                                                               pad_token_id=0))}
 
 
-@pytest.mark.parametrize("architecture", SMALL)
-@pytest.mark.parametrize("tune, precision, frozen", [
-    (FineTune(), "fp32", None), (FineTune("lora"), "fp32", None), (FineTune(checkpointing=True), "fp32", None),
-    pytest.param(FineTune(), "bf16-true", None, marks=pytest.mark.isa),
-    pytest.param(FineTune("lora"), "bf16", torch.bfloat16, marks=pytest.mark.isa)],
-    ids=["full", "lora", "checkpointing", "bf16-true", "lora-bf16"])
-def test_traced_peak_of_small_transformers_is_within_5_percent_of_the_allocator(architecture, tune, precision, frozen):
-    """The issue's bound, on the CPU allocator's own events in a real step. Measured 2026-12-03 (fp32 / bf16-true
-    / LoRA under bf16): GPT-2 and T5 within 0.01-0.34% of it; Llama 1.9-3.9% above it, because on fake tensors
-    transformers cannot read the token ids and builds the causal mask it skips on real unpadded ids."""
+CASES = {"full": (FineTune(), "fp32", None), "lora": (FineTune("lora"), "fp32", None),
+         "checkpointing": (FineTune(checkpointing=True), "fp32", None), "bf16-true": (FineTune(), "bf16-true", None),
+         "lora-bf16": (FineTune("lora"), "bf16", torch.bfloat16)}
+# every case on the Llama; on GPT-2 and T5 (tied embeddings, other attention) the full step, checkpointing and LoRA
+# under bf16. bf16 cases carry the isa mark (their kernels' scratch differs by instruction set).
+ALLOCATOR_CASES = [pytest.param(architecture, case, marks=[pytest.mark.isa] if "bf16" in case else [],
+                                id=f"{architecture}-{case}")
+                   for architecture, cases in (("llama", CASES), ("gpt2", ("full", "checkpointing", "lora-bf16")),
+                                               ("t5", ("full", "checkpointing", "lora-bf16")))
+                   for case in cases]
+
+
+@pytest.mark.parametrize("architecture, case", ALLOCATOR_CASES)
+def test_traced_peak_of_small_transformers_is_within_1_percent_of_the_allocator(architecture, case):
+    """Stricter than the issue's 5%, on the CPU allocator's own events in a real step. Measured 2026-12-03: all
+    within 0.34% (checkpointed T5 the farthest), the trace 1 KB above in the others (the optimizer's scalar
+    tensors). Before the trace read each row as one unpadded sequence (language_model.rows_as_read), the Llama's
+    was 2-4% above: on fake tensors transformers built the causal mask it skips on real ids."""
+    tune, precision, frozen = CASES[case]
     model = SMALL[architecture]()
     estimate = estimate_language_memory(factory(model, tune), 64, 2, "adamw", precision, "cpu", frozen_dtype=frozen)
     measured = _allocator_peak(model, tune, precision, frozen)
-    assert abs(measured - estimate.peak_bytes) <= 0.05 * estimate.peak_bytes, (estimate.peak_bytes, measured)
+    assert abs(measured - estimate.peak_bytes) <= 0.01 * estimate.peak_bytes, (estimate.peak_bytes, measured)
 
 
 def test_the_plan_of_a_small_config_fits_each_gpu_and_says_how(tmp_path, capsys):

@@ -13,6 +13,7 @@ says so.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import json
@@ -213,6 +214,28 @@ def resolve_language_model(spec: str) -> LanguageModel:
                       f"gpufeed plan --list-models), a config.json, a folder, a file.py:factory or a cached model id")
 
 
+@contextlib.contextmanager
+def rows_as_read():
+    """Within it, transformers treats each row of token ids as one unpadded sequence, as it decides on real ids:
+    its check for sequences packed into a row reads the position ids, which fake tensors do not have, so on them it
+    would build a causal mask (quadratic in the sequence) that a real step without padding never holds. Patched
+    only where transformers 5 has the check (masking_utils.find_packed_sequence_indices); restored on leaving."""
+    try:
+        from transformers import masking_utils
+    except ImportError:
+        yield
+        return
+    original = getattr(masking_utils, "find_packed_sequence_indices", None)
+    if original is None:
+        yield
+        return
+    masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        masking_utils.find_packed_sequence_indices = original
+
+
 def _lora(model: nn.Module, language_model: LanguageModel, tune: FineTune) -> nn.Module:
     try:
         from peft import LoraConfig, get_peft_model
@@ -282,9 +305,8 @@ def _from_transformers(language_model: LanguageModel, notes: list[str]) -> nn.Mo
     config.use_cache = False  # training: no key-value cache
     try:
         model = auto.from_config(config, attn_implementation=ATTENTION)
-        notes.append(f"attention: transformers' {ATTENTION} (no attention scores held); on fake tensors transformers "
-                     f"cannot see that no token is padding, so the trace also holds the causal mask it skips on "
-                     f"real unpadded ids (it grows with the square of the sequence)")
+        notes.append(f"attention: transformers' {ATTENTION} (no attention scores held); each row one unpadded "
+                     f"sequence, so no mask (a padded batch's mask is not planned)")
     except (ValueError, ImportError):
         model = auto.from_config(config, attn_implementation="eager")
         notes.append(f"attention: transformers' eager ({type(model).__name__} has no {ATTENTION}): the scores are "

@@ -40,6 +40,7 @@ from torch._subclasses import FakeTensorMode
 
 from gpufeed.errors import ConfigError
 from gpufeed.plan.fake_model import fake_weights, meta_model, one_line
+from gpufeed.plan.language_model import rows_as_read
 from gpufeed.plan.live_bytes import LiveBytes
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS, make_plan_optimizer
 from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep
@@ -162,7 +163,7 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int, order: str) -> Memo
                         scratch_threads=torch.get_num_threads() if setup.device_type == "cpu" else 0)
     precision = Precision(setup.precision, "planned")
     try:
-        with FakeTensorMode():
+        with rows_as_read() if setup.tokens else contextlib.nullcontext(), FakeTensorMode():
             fake_weights(model.train(), device, precision.parameter_dtype, channels_last, setup.frozen_dtype)
             for tensor in itertools.chain(model.parameters(), model.buffers()):
                 tracker.add(tensor)
