@@ -8,4 +8,5 @@ Modules:
 - steps.py: StepRecord, where a watched step's time went, and HostSample, one background reading
 - thresholds.py: DEVICE_BUSY_ENOUGH, the busy share that train's verdict and the doctor both judge by
 - quiet.py: holds back kineto's profiler start and stop lines on standard error
+- transformer_flops.py: a dense transformer's training FLOPs per token, 6N + 12·L·h·s (PaLM appendix B)
 """

@@ -15,4 +15,10 @@ Modules:
   buy as sold, energy
 - run.py: PlanRequest, make_plan and plan_json; a user's model factory loaded from its file
 - check.py: --check, the planned step run here and its peak memory and time compared with the plan
+- language_models.json: the catalog of language-model architectures, configuration facts with their sources
+- language_model.py: --model resolved to a language model and built on the meta device with its method (LoRA,
+  QLoRA's base, activation checkpointing); each row read as one unpadded sequence while tracing
+- nf4.py: QLoRA's 4-bit NF4 base weights by bitsandbytes' layout
+- optimizers.py: the optimizers a plan names, transformers' Adafactor and bitsandbytes' 8-bit AdamW state included
+- language_plan.py: LanguagePlanRequest, make_language_plan and language_plan_json: memory and what fits per GPU
 """

@@ -7,4 +7,5 @@ Modules:
 - doctor_page.py: the page of gpufeed doctor
 - bench_page.py: the page of gpufeed bench
 - plan_page.py: the page of gpufeed plan
+- language_plan_page.py: the page of gpufeed plan for a language model
 """
