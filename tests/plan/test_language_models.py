@@ -229,14 +229,20 @@ def test_traced_peak_of_small_transformers_is_within_1_percent_of_the_allocator(
 def test_the_plan_of_a_small_config_fits_each_gpu_and_says_how(tmp_path, capsys):
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
-    assert main(["plan", "--model", str(tmp_path), "--seq-len", "128", "--method", "lora", "--json", "-"]) == 0
+    page = tmp_path / "plan.html"
+    assert main(["plan", "--model", str(tmp_path), "--seq-len", "128", "--method", "lora", "--json", "-", "--html",
+                 str(page)]) == 0
     document = json.loads(capsys.readouterr().out)
+    html = page.read_text()  # the page of report/language_plan_page.py, from the same document
+    assert "What fits on one GPU" in html and f"{PARAMETERS:,} frozen and {LORA:,} of LoRA trained" in html
+    assert all(gpu["name"] in html for gpu in document["gpus"])
     assert document["kind"] == "language_model" and document["sequence_length"] == 128
     assert document["params"] == PARAMETERS + LORA and document["trainable_params"] == LORA
     memory = document["memory"]
     assert sum(memory["peak_parts"].values()) == memory["peak_bytes"]
     for gpu in document["gpus"]:  # the tiny model fits everywhere, up to its 256 positions
         assert gpu["fits"] and gpu["max_sequence_length"] == 256 and gpu["max_batch_size"] > 1000
+        assert "max tokens: the model's 256 positions, not the memory" in gpu["notes"]
 
 
 def test_the_plan_refuses_a_sequence_longer_than_the_positions():

@@ -167,6 +167,8 @@ def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
         fits = memory.peak_bytes <= spec.memory_bytes
         batch, length = fitting[spec.memory_bytes]
         notes = [note] if note else []
+        if language_model.max_positions is not None and length == language_model.max_positions:
+            notes.append(f"max tokens: the model's {length:,} positions, not the memory")
         if not fits:
             notes.append(f"needs {memory.peak_bytes / 2**30:.1f} GiB at batch {request.batch_size} x "
                          f"{sequence_length} tokens, has {spec.memory_bytes / 2**30:.0f} GiB")

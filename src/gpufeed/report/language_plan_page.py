@@ -16,6 +16,14 @@ def size_text(value: int) -> str:
     return gibibytes(value) if value >= 2**30 else mebibytes(value)
 
 
+def _parameters(document: dict, method: str) -> str:
+    """As the terminal says it: all trained, or the frozen base and the LoRA adapters trained."""
+    if method == "full":
+        return f"{document['params']:,}, all trained"
+    trained = document["trainable_params"]
+    return f"{document['params'] - trained:,} frozen and {trained:,} of LoRA trained"
+
+
 def language_plan_page(document: dict) -> Page:
     request, memory = document["request"], document["memory"]
     tune = request["tune"]
@@ -28,8 +36,7 @@ def language_plan_page(document: dict) -> Page:
     page.heading("Request")
     page.table(["setting", "value"], [("model", f"{request['model']} ({document['model_type']}, from "
                                                 f"{document['source']})"),
-                                      ("parameters", f"{document['params']:,}, of which "
-                                                     f"{document['trainable_params']:,} trained"),
+                                      ("parameters", _parameters(document, tune["method"])),
                                       ("method", tune["method"] + (", activation checkpointing"
                                                                    if tune["checkpointing"] else "")),
                                       ("batch", f"{request['batch_size']} sequences of {document['sequence_length']} "
@@ -50,7 +57,7 @@ def language_plan_page(document: dict) -> Page:
                [(name, size_text(size), "" if in_peak in ("", None) else size_text(in_peak))
                 for name, size, in_peak in rows],
                caption=f"Each part at its largest; the last column is what the peak (in the {memory['peak_phase']}) "
-                       f"holds, summing to it. {memory['method']}.")
+                       f"holds, summing to it. Method: {memory['method']}.")
     figure, axes = new_figure(8.0, 1.6)
     left = 0
     for label, key, colour in PEAK_PARTS:
