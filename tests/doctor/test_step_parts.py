@@ -103,12 +103,18 @@ def ticking_iteration(clock, model: Ticking, optimizer: TickingSGD, slower: int)
         model(torch.randn(4, 3))
 
 
-def test_under_the_doctor_each_part_is_what_the_clock_moved_in_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = fake_clock(monkeypatch)
+def ticking(clock) -> tuple[Ticking, TickingSGD]:
+    """The model and its optimizer, after a plain SGD has had an instance: SGD.step is then hooked by torch, so
+    TickingSGD's step runs the hooks twice (the nesting the watch must count as one step)."""
     torch.manual_seed(0)
     model = Ticking(clock)
-    torch.optim.SGD(model.parameters(), lr=0.01)  # SGD.step hooked by torch: TickingSGD's runs the hooks twice
-    optimizer = TickingSGD(model.parameters(), clock)
+    torch.optim.SGD(model.parameters(), lr=0.01)
+    return model, TickingSGD(model.parameters(), clock)
+
+
+def test_under_the_doctor_each_part_is_what_the_clock_moved_in_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = fake_clock(monkeypatch)
+    model, optimizer = ticking(clock)
     watcher = Watcher(steps=4, warmup=1, profile_steps=0)
     instrumentation = Instrumentation(watcher)
     watcher.start()
@@ -132,10 +138,7 @@ def test_under_the_doctor_each_part_is_what_the_clock_moved_in_it(monkeypatch: p
 
 def test_watch_splits_the_step_too_and_counts_every_call_of_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = fake_clock(monkeypatch)
-    torch.manual_seed(0)
-    model = Ticking(clock)
-    torch.optim.SGD(model.parameters(), lr=0.01)  # SGD.step hooked by torch: TickingSGD's runs the hooks twice
-    optimizer = TickingSGD(model.parameters(), clock)
+    model, optimizer = ticking(clock)
     with watch(steps=4, warmup=1, profile_steps=0) as w:
         for _ in range(8):
             ticking_iteration(clock, model, optimizer, 1)

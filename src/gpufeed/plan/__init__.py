@@ -1,7 +1,8 @@
 """gpufeed plan: the device memory, compute, host and GPUs a training needs, before buying or renting one.
 
 Modules:
-- fake_model.py: a model with no data behind its weights, on the meta device and then with fake weights
+- fake_model.py: a model with no data behind its weights, on the meta device and then with fake weights; a user's
+  factory loaded from its file
 - live_bytes.py: LiveBytes, a dispatch mode that counts live storage bytes and their peak by phase
 - memory.py: device memory of one training step, itemized, traced on fake tensors; the largest batch that fits
 - traffic.py: FLOPs and bytes read and written by each operator of the step, traced on fake tensors
@@ -13,7 +14,7 @@ Modules:
 - system.py: host RAM, CPU cores, disk, power supply and the PCIe link of that system
 - rank.py: the catalog's GPUs ranked for the run: precision per card, fit, hours, rent per hour and per job,
   buy as sold, energy
-- run.py: PlanRequest, make_plan and plan_json; a user's model factory loaded from its file
+- run.py: PlanRequest, make_plan and plan_json
 - check.py: --check, the planned step run here and its peak memory and time compared with the plan
 - language_models.json: the catalog of language-model architectures, configuration facts with their sources
 - language_model.py: --model resolved to a language model and built on the meta device with its method (LoRA,

@@ -1,12 +1,15 @@
 """A model with no data behind its weights: built on the meta device (`meta_model`), then, under
 `FakeTensorMode`, given fake weights of a device, dtype and memory format (`fake_weights`). The planner traces
-a training step of it (memory.py) and counts its FLOPs (compute.py) without allocating anything."""
+a training step of it (memory.py) and counts its FLOPs (compute.py) without allocating anything. A user's factory
+comes from its file through `user_function`."""
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import itertools
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -17,6 +20,23 @@ from gpufeed.errors import ConfigError
 def one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())[:300]
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def user_function(path: str, name: str, returns: str) -> Callable:
+    """Function `name` of the user's file `path` (imported as a module of its own); ConfigError in one line when the
+    file is missing or fails to import, or has no such function (`returns`: what it should return, for the fix)."""
+    if not Path(path).is_file():
+        raise ConfigError(f"model file {path} does not exist; give path/to/file.py:factory")
+    module_spec = importlib.util.spec_from_file_location(f"gpufeed_user_model_{Path(path).stem}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - the user's file: report it in one line
+        raise ConfigError(f"{path} failed to import: {one_line(error)}") from None
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise ConfigError(f"{path} has no function {name!r}; define def {name}(): return {returns}")
+    return function
 
 
 def meta_model(model_or_factory: nn.Module | Callable[[], nn.Module]) -> nn.Module:

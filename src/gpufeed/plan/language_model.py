@@ -14,7 +14,6 @@ says so.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import inspect
 import json
 from collections.abc import Callable
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 
 from gpufeed.errors import ConfigError
-from gpufeed.plan.fake_model import one_line
+from gpufeed.plan.fake_model import one_line, user_function
 
 LM_EXTRA = "pip install 'gpufeed[lm]'"
 METHODS = ("full", "lora", "qlora")
@@ -168,16 +167,10 @@ def _from_config(name: str, config, source: str, untie: bool = False) -> Languag
 
 def _factory(spec: str) -> LanguageModel:
     path, _, function = spec.rpartition(":")
-    module_spec = importlib.util.spec_from_file_location(f"gpufeed_user_model_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001 - the user's file: one line
-        raise ConfigError(f"{path} failed to import: {one_line(error)}") from None
-    factory = getattr(module, function, None)
-    if not callable(factory) or inspect.signature(factory).parameters:
-        raise ConfigError(f"{path} has no function {function}() of no arguments; define def {function}(): return a "
-                          f"module that takes token ids")
+    factory = user_function(path, function, "a module that takes token ids")
+    if inspect.signature(factory).parameters:
+        raise ConfigError(f"{path}: {function}() must take no arguments; define def {function}(): return a module "
+                          f"that takes token ids")
     return LanguageModel(spec, f"the factory {spec}", factory=factory)
 
 
@@ -190,8 +183,6 @@ def resolve_language_model(spec: str) -> LanguageModel:
                                 untie=entry.config.get("tie_word_embeddings") is False)
     path, _, function = spec.rpartition(":")
     if path and function and path.endswith(".py"):
-        if not Path(path).is_file():
-            raise ConfigError(f"model file {path} does not exist; give path/to/file.py:factory")
         return _factory(spec)
     candidate = Path(spec)
     if candidate.is_dir():

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -16,6 +14,7 @@ from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import find_gpu, load_catalog, match_gpu
 from gpufeed.hardware.na import is_na
 from gpufeed.plan.compute import ComputeEstimate, calibrate_efficiency, efficiency_of, estimate_compute
+from gpufeed.plan.fake_model import user_function
 from gpufeed.plan.hosts import system_to_buy
 from gpufeed.plan.input_cost import measure_input_cost
 from gpufeed.plan.memory import MemoryEstimate, estimate_memory, max_batch_size
@@ -97,17 +96,7 @@ def model_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> 
     path, _, name = spec.rpartition(":")
     if not path or not name:
         raise ConfigError(f"unknown model {spec!r}; choose one of {', '.join(MODELS)} or give path/to/file.py:factory")
-    if not Path(path).is_file():
-        raise ConfigError(f"model file {path} does not exist; give path/to/file.py:factory")
-    module_spec = importlib.util.spec_from_file_location(f"gpufeed_user_model_{Path(path).stem}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as error:  # noqa: BLE001 - the user's file: report it in one line
-        raise ConfigError(f"{path} failed to import: {type(error).__name__}: {error}") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ConfigError(f"{path} has no function {name!r}; define def {name}(): return a torch.nn.Module")
+    factory = user_function(path, name, "a torch.nn.Module")
     takes_classes = len(inspect.signature(factory).parameters) >= 1
 
     def build() -> nn.Module:
