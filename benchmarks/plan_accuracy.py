@@ -17,6 +17,13 @@ embeddings and one on token ids; Adam(W) and SGD with momentum; several batch si
 - baseline: accelerate's `estimate-memory` figure ("Training using Adam", batch-independent: the largest of its
   per-item sizes) from accelerate's own functions, when accelerate is importable.
 Target: |error| <= 10% on every case.
+
+Then language models (`--language`, or both by default): small Llama, GPT-2 and T5 configurations built as
+`gpufeed plan` builds them (transformers' code on the meta device, peft's LoRA), each full, LoRA (bf16 base),
+activation-checkpointed and bf16-true, AdamW, the model's own loss. Predicted: `estimate_language_memory` on fake
+tensors for the device; measured: `plan --check`'s path (plan/language_check.py: the same model given real
+weights in the plan's dtypes, trained three steps), the CPU allocator's events or `max_memory_allocated` as above.
+Target for these: |error| <= 5% (the issue's).
 """
 
 from __future__ import annotations
@@ -204,9 +211,71 @@ def megabytes(nbytes: int | None) -> str:
     return "n/a" if nbytes is None else f"{nbytes / 1e6:,.2f}"
 
 
+LANGUAGE_CONFIGS = {  # (model_type, fields): hidden 256, 4 layers, vocabulary 8,000, 512 positions
+    "llama": dict(model_type="llama", hidden_size=256, intermediate_size=688, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=4, vocab_size=8000, max_position_embeddings=512),
+    "gpt2": dict(model_type="gpt2", n_embd=256, n_layer=4, n_head=8, n_positions=512, vocab_size=8000),
+    "t5": dict(model_type="t5", d_model=256, d_ff=688, d_kv=32, num_layers=4, num_heads=8, vocab_size=8000,
+               decoder_start_token_id=0, pad_token_id=0),
+}
+LANGUAGE_METHODS = (("full", "fp32"), ("lora", "bf16"), ("checkpointing", "fp32"), ("full", "bf16-true"))
+LANGUAGE_BATCH, LANGUAGE_TOKENS = 4, 256
+
+
+def language_case(model, tune, precision: str, device: torch.device) -> tuple[int, int, str]:
+    """Predicted and measured peak bytes of one language-model case, and the phase the prediction peaks in."""
+    from gpufeed.plan.check import STEP_MARK
+    from gpufeed.plan.language_check import real_language_model, run_language_steps
+    from gpufeed.plan.language_model import build_language_model
+    from gpufeed.plan.memory import estimate_language_memory
+
+    frozen = torch.bfloat16 if tune.method == "lora" else None
+    estimate = estimate_language_memory(lambda: build_language_model(model, tune)[0], LANGUAGE_TOKENS,
+                                        LANGUAGE_BATCH, "adamw", precision, device.type, frozen_dtype=frozen)
+
+    def run() -> None:
+        built = real_language_model(model, tune, precision, frozen, device)
+        run_language_steps(built, "adamw", precision, device, LANGUAGE_BATCH, LANGUAGE_TOKENS, 1, 3)
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        run()
+        return estimate.peak_bytes - CUDA_CONTEXT_BYTES, torch.cuda.max_memory_allocated(device), estimate.peak_phase
+    measured = profiled_cpu_peak(run, {STEP_MARK.format(1), STEP_MARK.format(2)})
+    if is_na(measured):
+        raise SystemExit(f"plan_accuracy: cannot measure the CPU peak: {measured.reason}")
+    return estimate.peak_bytes, measured, estimate.peak_phase
+
+
+def language_rows(device: torch.device) -> list[float]:
+    """The language-model table (the module's docstring); the |error| of each row."""
+    from transformers import AutoConfig
+
+    from gpufeed.plan.language_model import FineTune, LanguageModel
+
+    print(f"language models: AdamW, batch {LANGUAGE_BATCH} x {LANGUAGE_TOKENS} tokens, the model's own loss, "
+          f"sdpa attention")
+    print("| model | method | precision | predicted MB | measured MB | predicted - measured, bytes | error | peak in |")
+    print("|---|---|---|---:|---:|---:|---:|---|")
+    errors = []
+    for architecture, fields in LANGUAGE_CONFIGS.items():
+        fields = dict(fields)
+        config = AutoConfig.for_model(fields.pop("model_type"), **fields)
+        model = LanguageModel(architecture, "plan_accuracy.py", config, max_positions=512)
+        for method, precision in LANGUAGE_METHODS:
+            tune = FineTune("lora" if method == "lora" else "full", checkpointing=method == "checkpointing")
+            predicted, measured, phase = language_case(model, tune, precision, device)
+            error = (predicted - measured) / measured
+            errors.append(abs(error))
+            print(f"| {architecture} | {method} | {precision} | {megabytes(predicted)} | {megabytes(measured)} | "
+                  f"{predicted - measured:+,} | {error:+.2%} | {phase} |")
+    return errors
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--only", choices=("images", "language"), help="one of the two tables (default: both)")
     args = parser.parse_args()
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else cpu_name()
     try:
@@ -217,6 +286,16 @@ def main() -> None:
     print(f"conditions: {time.strftime('%Y-%m-%d')}, device {args.device} ({device_name}), torch "
           f"{torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, python "
           f"{platform.python_version()}; {baseline}")
+    if args.only != "language":
+        image_rows(args)
+    if args.only != "images":
+        errors = language_rows(torch.device(args.device))
+        verdict = "met" if max(errors) <= 0.05 else "NOT met"
+        print(f"language models: largest |error| {max(errors):.2%}, median {sorted(errors)[len(errors) // 2]:.2%}: "
+              f"target ±5% on every case {verdict}")
+
+
+def image_rows(args) -> None:
     print("| model | optimizer | precision | batch | predicted MB | measured MB | predicted - measured, bytes | error "
           "| accelerate MB | its error |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from html import escape
 
 import pytest
 import torch
@@ -25,7 +26,12 @@ from gpufeed.plan.language_model import (  # noqa: E402
     language_catalog,
     resolve_language_model,
 )
-from gpufeed.plan.language_plan import LanguagePlanRequest, make_language_plan, multiplied_parameters  # noqa: E402
+from gpufeed.plan.language_plan import (  # noqa: E402
+    LanguagePlanRequest,
+    make_language_plan,
+    multiplied_parameters,
+    plan_flops_per_token,
+)
 from gpufeed.plan.memory import estimate_language_memory, fits_by_capacity  # noqa: E402
 from gpufeed.plan.nf4 import nf4_bytes  # noqa: E402
 from gpufeed.plan.optimizers import eight_bit_state_bytes  # noqa: E402
@@ -124,6 +130,16 @@ def test_flops_per_token_is_6n_plus_12_l_h_s_with_the_input_embeddings_left_out(
     assert multiplied_parameters(lora) == multiplied + LORA
     assert training_flops_per_token(multiplied + LORA, 2, 64, 128, LORA) == \
         4 * (138_048 + 7_168) + 2 * 7_168 + 196_608 == 791_808
+    assert multiplied_parameters(model, trained=True) == multiplied and \
+        multiplied_parameters(lora, trained=True) == LORA
+
+
+@pytest.mark.parametrize("method, flops", [("full", 1_024_896), ("lora", 791_808)])
+def test_the_plan_says_the_flops_worked_out_by_hand(tmp_path, method, flops):
+    """A full fine-tune trains the input table too, but looks it up: its gradient is no product (the plan of an
+    untied model once failed here, counting it among the trained parameters multiplied)."""
+    model = tiny()
+    assert plan_flops_per_token(build_language_model(model, FineTune(method))[0], model, 128) == flops
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -163,34 +179,16 @@ def test_a_peak_that_is_a_line_answers_every_capacity_from_three_traces():
 
 
 def _allocator_peak(model: LanguageModel, tune: FineTune, precision: str, frozen) -> int:
-    """The CPU allocator's live total at its largest in steps 2 and 3 of the real step (plan --check's method), the
-    model built as the plan builds it, then given real weights in the plan's dtypes."""
-    from torch.profiler import record_function
-
-    from gpufeed.plan.check import profiled_cpu_peak
-    from gpufeed.plan.optimizers import make_plan_optimizer
-    from gpufeed.train.step import Precision, TrainStep
+    """The CPU allocator's live total at its largest in steps 2 and 3 of the real step (plan --check's path:
+    plan/language_check.py builds the model as the plan builds it, with real weights in the plan's dtypes)."""
+    from gpufeed.plan.check import STEP_MARK, profiled_cpu_peak
+    from gpufeed.plan.language_check import real_language_model, run_language_steps
 
     def run() -> None:
-        torch.manual_seed(0)
-        built = build_language_model(model, tune)[0].to_empty(device="cpu")
-        built.tie_weights()  # to_empty gives each module its own tensor: tied weights must be tied again
-        chosen = Precision(precision, "")
-        for parameter in built.parameters():
-            with torch.no_grad():
-                parameter.normal_(0, 0.02)
-            dtype = frozen if frozen is not None and not parameter.requires_grad else chosen.parameter_dtype
-            parameter.data = parameter.data.to(dtype)  # a small Llama's parameters are all floating
-        for buffer in built.buffers():
-            buffer.data = buffer.data.to(chosen.parameter_dtype)  # the rotary tables, as fake_weights casts them
-        trained = [parameter for parameter in built.parameters() if parameter.requires_grad]
-        step = TrainStep(built.train(), make_plan_optimizer("adamw", trained), chosen, "cpu", loss="model")
-        tokens = torch.randint(0, 1000, (2, 64))
-        for index in range(3):
-            with record_function(f"step {index}"):
-                step(tokens, tokens)
+        built = real_language_model(model, tune, precision, frozen, torch.device("cpu"))
+        run_language_steps(built, "adamw", precision, torch.device("cpu"), 2, 64, 1, 3)
 
-    return profiled_cpu_peak(run, {"step 1", "step 2"})
+    return profiled_cpu_peak(run, {STEP_MARK.format(1), STEP_MARK.format(2)})
 
 
 SMALL = {"llama": tiny,  # untied output; GPT-2 ties its output to the embeddings, T5 ties three uses of one table
@@ -230,8 +228,8 @@ def test_the_plan_of_a_small_config_fits_each_gpu_and_says_how(tmp_path, capsys)
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))
     page = tmp_path / "plan.html"
-    assert main(["plan", "--model", str(tmp_path), "--seq-len", "128", "--method", "lora", "--json", "-", "--html",
-                 str(page)]) == 0
+    assert main(["plan", "--model", str(tmp_path), "--seq-len", "128", "--method", "qlora", "--json", "-", "--html",
+                 str(page)]) == 0  # the base's 4-bit weights counted as the weights they pack, not their bytes
     document = json.loads(capsys.readouterr().out)
     html = page.read_text()  # the page of report/language_plan_page.py, from the same document
     assert "What fits on one GPU" in html and f"{PARAMETERS:,} frozen and {LORA:,} of LoRA trained" in html
@@ -243,6 +241,43 @@ def test_the_plan_of_a_small_config_fits_each_gpu_and_says_how(tmp_path, capsys)
     for gpu in document["gpus"]:  # the tiny model fits everywhere, up to its 256 positions
         assert gpu["fits"] and gpu["max_sequence_length"] == 256 and gpu["max_batch_size"] > 1000
         assert "max tokens: the model's 256 positions, not the memory" in gpu["notes"]
+
+
+def test_check_runs_the_planned_step_here_and_its_page_shows_it(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    page = tmp_path / "plan.html"
+    assert main(["plan", "--model", str(tmp_path), "--seq-len", "64", "--batch-size", "2", "--check", "--json", "-",
+                 "--html", str(page)]) == 0  # a full fine-tune of an untied model (its FLOPs once failed)
+    document = json.loads(capsys.readouterr().out)
+    check = document["check"]
+    assert document["flops_per_token"] == 6 * (PARAMETERS - 1000 * 64) + 12 * 2 * 64 * 64
+    assert check["device"] == "cpu" and check["measured_step_s"] > 0
+    measured, predicted = check["measured_peak_bytes"], check["predicted_peak_bytes"]
+    assert abs(predicted - measured) <= 0.01 * measured and check["error_fraction"] == (predicted - measured) / measured
+    html = page.read_text()
+    assert "Check against a measured step on cpu" in html and escape(check["lines"][0]) in html
+
+
+@pytest.mark.parametrize("words, message", [(["--method", "qlora"], "QLoRA's 4-bit base is planned from"),
+                                            (["--optimizer", "adamw-8bit"], "AdamW 8-bit's state is planned from")])
+def test_check_refuses_what_is_planned_from_a_layout_before_planning(tmp_path, capsys, words, message):
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    assert main(["plan", "--model", str(tmp_path), "--check", *words]) == 2
+    error = capsys.readouterr().err.strip()
+    assert message in error and len(error.splitlines()) == 1
+
+
+def test_check_refuses_a_step_larger_than_the_free_memory_before_allocating(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from gpufeed.plan import language_check
+
+    (tmp_path / "config.json").write_text(json.dumps(TINY))
+    plan = SimpleNamespace(request=LanguagePlanRequest(str(tmp_path), 64, 2), sequence_length=64)  # what it reads
+    monkeypatch.setattr(language_check, "_free_bytes", lambda device: 2**20)  # 1 MiB free: the step needs 5
+    monkeypatch.setattr(language_check, "real_language_model", lambda *args: pytest.fail("built the model"))
+    with pytest.raises(Exception, match=r"--check would need \d MiB on cpu, 1 MiB is free here"):
+        language_check.check_language_plan(plan)
 
 
 def test_the_plan_refuses_a_sequence_longer_than_the_positions():
@@ -298,3 +333,41 @@ def test_planning_a_7b_model_allocates_none_of_it():
     parameters, weights, rss_kib = (int(word) for word in done.stdout.split()[-3:])
     assert parameters == 7_241_732_096 and weights >= 2 * parameters  # the plan saw the whole model in bf16
     assert rss_kib * 1024 < 1.5 * 2**30, rss_kib
+
+
+def test_the_fused_attention_stand_in_saves_what_cudas_kernels_save():
+    """Grouped-query shapes: 8 query heads over 2 key-value heads. Saved: the inputs, the output (B, heads, N, value
+    size) in the inputs' dtype, the float32 log-sum-exp (B, heads, N) and the dropout seed and offset; no scores."""
+    from gpufeed.plan.fused_attention import fused_attention
+
+    query = torch.zeros(2, 8, 16, 32, dtype=torch.bfloat16, requires_grad=True)
+    key, value = (torch.zeros(2, 2, 16, 32, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    original = torch.nn.functional.scaled_dot_product_attention
+    with fused_attention():
+        output = torch.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=0.1, enable_gqa=True)
+    assert torch.nn.functional.scaled_dot_product_attention is original and output.shape == (2, 8, 16, 32)
+    saved = output.grad_fn.saved_tensors
+    assert [tuple(tensor.shape) for tensor in saved] == [(2, 8, 16, 32), (2, 2, 16, 32), (2, 2, 16, 32),
+                                                         (2, 8, 16, 32), (2, 8, 16), (2,)]
+    assert saved[4].dtype == torch.float32 and saved[3].dtype == torch.bfloat16
+    output.sum().backward()
+    assert query.grad.shape == query.shape and key.grad.shape == key.shape and value.grad.shape == value.shape
+
+
+def test_a_cuda_plan_holds_no_attention_scores_where_the_cpu_falls_back_to_them():
+    """GPT-2 drops attention probabilities (attn_pdrop 0.1): the CPU's sdpa then takes the math path, which holds
+    (B, heads, N, N) scores, softmax and mask; CUDA's fused kernels hold none. Traced for CUDA, the dropout costs
+    nothing; traced for the CPU, at least two float32 (B, heads, N, N) tensors a layer (2 x 4 x 256^2 x 4 bytes =
+    2 MiB each)."""
+    import copy
+    import dataclasses
+
+    base = SMALL["gpt2"]()
+    without = copy.deepcopy(base.config)
+    without.attn_pdrop = 0.0
+    scores = 2 * 4 * 256 * 256 * 4
+    activations = {(device, dropout): estimate_language_memory(
+        factory(dataclasses.replace(base, config=base.config if dropout else without), FineTune()), 256, 2, "adamw",
+        "fp32", device).activations_bytes for device in ("cuda", "cpu") for dropout in (True, False)}
+    assert activations["cuda", True] == activations["cuda", False]
+    assert activations["cpu", True] - activations["cpu", False] >= 2 * 2 * scores  # 2 layers

@@ -125,7 +125,7 @@ def _language_request(args):
 
     given = [f"--{option.replace('_', '-')}" for option in IMAGE_ONLY if getattr(args, option) not in (None, False)]
     given += [flag for flag, used in (("--gpus", args.gpus != 1), ("--gpu", bool(args.host_gpu)),
-                                      ("--check", args.check), ("--decode", args.decode != "cpu")) if used]
+                                      ("--decode", args.decode != "cpu")) if used]
     if given:
         raise ConfigError(f"{given[0]} goes with image models; a language model's plan takes --seq-len, --batch-size, "
                           f"--method, --optimizer, --precision and --grad-accumulation")
@@ -353,12 +353,24 @@ def _run_language(args) -> int:
 
     request = _language_request(args)
     check_output_paths(args)
+    if args.check:
+        from gpufeed.plan.language_check import refuse_unrunnable
+
+        refuse_unrunnable(request.tune.method, request.optimizer)
     status = error_console if args.json == "-" else console
     with status.status("planning: tracing the training step on fake tensors, then what fits on each GPU"):
         plan = make_language_plan(request)
+    document = language_plan_json(plan)
+    if args.check:
+        from gpufeed.plan.language_check import check_language_plan
+
+        with status.status(f"checking: running {request.model} for 3 steps here, peak memory and time"):
+            document["check"] = check_language_plan(plan)
     if args.json != "-":
         _show_language(plan)
-    emit_document(language_plan_json(plan), "plan", args)
+        for line in document.get("check", {}).get("lines", []):
+            console.print(f"check: {line}")
+    emit_document(document, "plan", args)
     return 0
 
 

@@ -138,13 +138,20 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
         if is_na(measured):
             measured, how = None, f"not measured: {measured.reason}"
     step_s = sorted(timings)[len(timings) // 2]
-    timing_note = " under the profiler" if timed_under_profiler else ""
+    rate = f"{request.batch_size * accumulation / step_s:,.0f} samples/s{_planned_step(plan, device)}"
+    return check_result(device, predicted, measured, how, step_s, steps, rate, timed_under_profiler)
+
+
+def check_result(device: torch.device, predicted: int, measured: int | None, how: str, step_s: float, steps: int,
+                 rate: str, timed_under_profiler: bool) -> dict:
+    """The `check` block of a plan's document (image and language models): predicted against measured peak,
+    the step's median time and `rate` (its throughput in words), and the lines the command line prints."""
     error = (predicted - measured) / measured if measured else None
     memory_line = (f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, measured "
                    f"{measured / 2**20:,.1f} MiB ({error:+.1%}; {how})" if measured else
                    f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, {how}")
-    lines = [memory_line,
-             f"step time on {device}: {step_s * 1e3:,.1f} ms measured{timing_note} (median of {steps}), "
-             f"{request.batch_size * accumulation / step_s:,.0f} samples/s{_planned_step(plan, device)}"]
+    timing_note = " under the profiler" if timed_under_profiler else ""
+    lines = [memory_line, f"step time on {device}: {step_s * 1e3:,.1f} ms measured{timing_note} (median of {steps}), "
+                          f"{rate}"]
     return {"device": str(device), "predicted_peak_bytes": predicted, "measured_peak_bytes": measured,
             "error_fraction": error, "measured_step_s": step_s, "method": how, "lines": lines}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -235,8 +236,10 @@ def _lora(model: nn.Module, language_model: LanguageModel, tune: FineTune) -> nn
     task = "SEQ_2_SEQ_LM" if language_model.seq2seq else "CAUSAL_LM"
     targets = list(tune.lora_targets) if tune.lora_targets else None
     try:
-        return get_peft_model(model, LoraConfig(r=tune.lora_rank, lora_alpha=tune.alpha, target_modules=targets,
-                                                task_type=task))
+        with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated is_gradient_checkpointing
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            return get_peft_model(model, LoraConfig(r=tune.lora_rank, lora_alpha=tune.alpha, target_modules=targets,
+                                                    task_type=task))
     except ValueError as error:
         if targets is None:
             raise ConfigError(f"peft has no default LoRA targets for model type {language_model.model_type!r}: "
@@ -296,8 +299,9 @@ def _from_transformers(language_model: LanguageModel, notes: list[str]) -> nn.Mo
     config.use_cache = False  # training: no key-value cache
     try:
         model = auto.from_config(config, attn_implementation=ATTENTION)
-        notes.append(f"attention: transformers' {ATTENTION} (no attention scores held); each row one unpadded "
-                     f"sequence, so no mask (a padded batch's mask is not planned)")
+        notes.append(f"attention: transformers' {ATTENTION}, which CUDA runs as a fused kernel that holds no scores "
+                     f"(planned so, with dropout too); each row one unpadded sequence, so no mask (a padded "
+                     f"batch's mask is not planned)")
     except (ValueError, ImportError):
         model = auto.from_config(config, attn_implementation="eager")
         notes.append(f"attention: transformers' eager ({type(model).__name__} has no {ATTENTION}): the scores are "

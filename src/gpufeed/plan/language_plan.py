@@ -20,6 +20,7 @@ from gpufeed.hardware.catalog import load_catalog
 from gpufeed.measure.transformer_flops import training_flops_per_token
 from gpufeed.plan.language_model import FineTune, LanguageModel, build_language_model, resolve_language_model
 from gpufeed.plan.memory import PRECISIONS, MemoryEstimate, estimate_language_memory, language_fits
+from gpufeed.plan.nf4 import parameter_elements
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS
 
 DEFAULT_SEQUENCE = 2048  # the default --seq-len, or the model's positions when fewer
@@ -92,31 +93,29 @@ def _sequence_length(request: LanguagePlanRequest, model: LanguageModel) -> int:
     return request.sequence_length
 
 
-def multiplied_parameters(model: nn.Module) -> int:
+def multiplied_parameters(model: nn.Module, trained: bool = False) -> int:
     """The parameters a token multiplies (measure/transformer_flops.py): all but an input embedding table that is
-    not also the output layer. A 4-bit weight counts its elements, not its packed bytes."""
-    from gpufeed.plan.nf4 import NF4Linear
-
+    not also the output layer (a lookup, whose gradient is a scatter, not a product); with `trained`, those of them
+    that are trained. A 4-bit weight counts its elements, not its packed bytes."""
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     skipped = set()
     if embeddings is not None and (output is None or output.weight is not embeddings.weight):
         skipped.add(id(embeddings.weight))
-    packed = {id(module.weight): module.in_features * module.out_features for module in model.modules()
-              if isinstance(module, NF4Linear)}
-    return sum(packed.get(id(parameter), parameter.numel()) for parameter in model.parameters()
-               if id(parameter) not in skipped)
+    elements = parameter_elements(model)
+    return sum(elements[id(parameter)] for parameter in model.parameters()
+               if id(parameter) not in skipped and (parameter.requires_grad or not trained))
 
 
-def _flops_per_token(model: nn.Module, language_model: LanguageModel, sequence_length: int) -> int | None:
+def plan_flops_per_token(model: nn.Module, language_model: LanguageModel, sequence_length: int) -> int | None:
     layers, width = language_model.layers, _attention_width(language_model)
     if layers is None or width is None:
         return None
     if language_model.seq2seq:  # encoder and decoder each attend over the sequence, the decoder twice
         decoder = getattr(language_model.config, "num_decoder_layers", None) or layers
         layers = layers + 2 * decoder
-    trained = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
-    return training_flops_per_token(multiplied_parameters(model), layers, width, sequence_length, trained)
+    return training_flops_per_token(multiplied_parameters(model), layers, width, sequence_length,
+                                    multiplied_parameters(model, trained=True))
 
 
 def _attention_width(language_model: LanguageModel) -> int | None:
@@ -180,7 +179,7 @@ def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
     return LanguagePlan(request=request, source=language_model.source, model_type=language_model.model_type,
                         parameters=memory.parameters, trainable_parameters=memory.trainable_parameters,
                         sequence_length=sequence_length, max_positions=language_model.max_positions, memory=memory,
-                        flops_per_token=_flops_per_token(model, language_model, sequence_length), gpus=gpus,
+                        flops_per_token=plan_flops_per_token(model, language_model, sequence_length), gpus=gpus,
                         notes=list(built.get("notes", ())), unmeasured=unmeasured)
 
 

@@ -40,8 +40,10 @@ from torch._subclasses import FakeTensorMode
 
 from gpufeed.errors import ConfigError
 from gpufeed.plan.fake_model import fake_weights, meta_model, one_line
+from gpufeed.plan.fused_attention import fused_attention
 from gpufeed.plan.language_model import rows_as_read
 from gpufeed.plan.live_bytes import LiveBytes
+from gpufeed.plan.nf4 import parameter_elements
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS, make_plan_optimizer
 from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep
 
@@ -163,7 +165,9 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int, order: str) -> Memo
                         scratch_threads=torch.get_num_threads() if setup.device_type == "cpu" else 0)
     precision = Precision(setup.precision, "planned")
     try:
-        with rows_as_read() if setup.tokens else contextlib.nullcontext(), FakeTensorMode():
+        with rows_as_read() if setup.tokens else contextlib.nullcontext(), \
+                fused_attention() if setup.tokens and setup.device_type == "cuda" else contextlib.nullcontext(), \
+                FakeTensorMode():
             fake_weights(model.train(), device, precision.parameter_dtype, channels_last, setup.frozen_dtype)
             for tensor in itertools.chain(model.parameters(), model.buffers()):
                 tracker.add(tensor)
@@ -250,7 +254,7 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
     weights_bytes = total(weights, tracker.live)
     trainable_bytes = total(trainable, tracker.live)
     return MemoryEstimate(
-        parameters=sum(p.numel() for p in model.parameters()), weights_bytes=weights_bytes,
+        parameters=sum(parameter_elements(model).values()), weights_bytes=weights_bytes,
         gradients_bytes=total(tracker.serials_of(p.grad for p in trained), tracker.live),
         optimizer_bytes=total(state, tracker.live),
         activations_bytes=beyond_held(("forward", "backward")), overhead_bytes=parts["overhead"],

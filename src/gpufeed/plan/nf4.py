@@ -74,6 +74,14 @@ class NF4Linear(nn.Linear):
         return output.to(dtype)
 
 
+def parameter_elements(model: nn.Module) -> dict[int, int]:
+    """Each parameter's elements by id, as a model card counts them: an NF4Linear's packed weight counts the
+    weights it packs, not its bytes."""
+    packed = {id(module.weight): module.in_features * module.out_features for module in model.modules()
+              if isinstance(module, NF4Linear)}
+    return {id(parameter): packed.get(id(parameter), parameter.numel()) for parameter in model.parameters()}
+
+
 def quantize_base(model: nn.Module) -> int:
     """Every nn.Linear of `model` but its output layer replaced by an NF4Linear, in place; how many."""
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

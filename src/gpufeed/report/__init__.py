@@ -8,4 +8,5 @@ Modules:
 - bench_page.py: the page of gpufeed bench
 - plan_page.py: the page of gpufeed plan
 - language_plan_page.py: the page of gpufeed plan for a language model
+- plan_check.py: the plan pages' section for --check
 """

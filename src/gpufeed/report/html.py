@@ -129,6 +129,11 @@ def gibibytes(value: float | None) -> str:
     return "n/a" if value is None else f"{value / 2**30:,.1f} GiB"
 
 
+def size_text(value: int) -> str:
+    """Bytes in GiB from 1 GiB up, in MiB below (so that small parts do not read 0.0 GiB)."""
+    return gibibytes(value) if value >= 2**30 else mebibytes(value)
+
+
 @dataclass
 class Page:
     """A page under construction: add parts in reading order, then `render()`."""

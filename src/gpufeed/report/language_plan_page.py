@@ -1,19 +1,15 @@
 """The page of `gpufeed plan` for a language model: a pure function of its saved JSON (plan/language_plan.py's
 `language_plan_json`): the request, the device memory of one step by part and what the peak holds, what fits on
-each GPU, the notes, what was not measured."""
+each GPU, the check against a measured step (when --check ran), the notes, what was not measured."""
 
 from __future__ import annotations
 
-from gpufeed.report.html import Page, gibibytes, mebibytes, new_figure
+from gpufeed.report.html import Page, gibibytes, new_figure, size_text
+from gpufeed.report.plan_check import check_section
 
 PEAK_PARTS = (("weights", "weights", "#1f77b4"), ("gradients", "gradients", "#ff7f0e"),
               ("optimizer state", "optimizer", "#9467bd"), ("activations", "activations", "#2ca02c"),
               ("optimizer step's temporaries", "optimizer step", "#8c564b"), ("overhead", "overhead", "#7f7f7f"))
-
-
-def size_text(value: int) -> str:
-    """Bytes in GiB from 1 GiB up, in MiB below (so that small parts do not read 0.0 GiB)."""
-    return gibibytes(value) if value >= 2**30 else mebibytes(value)
 
 
 def _parameters(document: dict, method: str) -> str:
@@ -79,6 +75,8 @@ def language_plan_page(document: dict) -> Page:
                [(gpu["name"], f"{gpu['memory_bytes'] / 2**30:,.0f} GiB", "yes" if gpu["fits"] else "no",
                  f"{gpu['max_batch_size']:,}", f"{gpu['max_sequence_length']:,}", gpu["precision"], gpu["notes"])
                 for gpu in document["gpus"]])
+    if document.get("check"):
+        check_section(page, document["check"])
     page.heading("Notes")
     page.bullets([*document.get("notes", []), *memory.get("notes", [])])
     page.heading("Not measured")

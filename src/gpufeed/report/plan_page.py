@@ -9,7 +9,17 @@ measured. Documents from before the roofline planner (compute with `mfu`, no per
 
 from __future__ import annotations
 
-from gpufeed.report.html import Page, chart_text, gibibytes, mebibytes, new_figure, number, percent, plain_log_ticks
+from gpufeed.report.html import (
+    Page,
+    chart_text,
+    gibibytes,
+    new_figure,
+    number,
+    percent,
+    plain_log_ticks,
+    size_text,
+)
+from gpufeed.report.plan_check import check_section
 
 MEMORY_PARTS = (("weights", "weights_bytes", "#1f77b4"), ("gradients", "gradients_bytes", "#ff7f0e"),
                 ("optimizer state", "optimizer_bytes", "#9467bd"), ("activations", "activations_bytes", "#2ca02c"),
@@ -32,7 +42,7 @@ def plan_page(document: dict) -> Page:
     _compute_section(page, document)
     _host_section(page, document)
     if document.get("check"):
-        _check_section(page, document["check"])
+        check_section(page, document["check"])
     page.heading("Not measured")
     page.bullets(document.get("unmeasured") or ["everything the plan needed was measured or computed"])
     return page
@@ -40,11 +50,6 @@ def plan_page(document: dict) -> Page:
 
 def shape_text(shape: list[int]) -> str:
     return "x".join(str(size) for size in shape)
-
-
-def size_text(value: int) -> str:
-    """Bytes in GiB from 1 GiB up, in MiB below (so that small parts do not read 0.0 GiB)."""
-    return gibibytes(value) if value >= 2**30 else mebibytes(value)
 
 
 def _request_table(page: Page, request: dict) -> None:
@@ -236,14 +241,3 @@ def _host_section(page: Page, document: dict) -> None:
         rows.append(("reference system", "", host["reference_system"]))
     page.table(["need", "value", "how it was reached"], rows)
     page.bullets(host.get("link_notes") or [])
-
-
-def _check_section(page: Page, check: dict) -> None:
-    page.heading(f"Check against a measured step on {check['device']}")
-    if check.get("predicted_peak_bytes") is not None and check.get("measured_peak_bytes") is not None:
-        page.table(["predicted peak", "measured peak", "error of the prediction"],
-                   [(size_text(check["predicted_peak_bytes"]), size_text(check["measured_peak_bytes"]),
-                     "n/a" if check.get("error_fraction") is None else f"{check['error_fraction']:+.1%}")],
-                   caption="Peak device memory as the method below counts it")
-    page.bullets(check.get("lines") or [])
-    page.paragraph(f"Method: {check['method']}")
