@@ -246,11 +246,11 @@ def test_the_plan_of_a_small_config_fits_each_gpu_and_says_how(tmp_path, capsys)
 def test_check_runs_the_planned_step_here_and_its_page_shows_it(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     page = tmp_path / "plan.html"
-    assert main(["plan", "--model", str(tmp_path), "--seq-len", "64", "--batch-size", "2", "--check", "--json", "-",
-                 "--html", str(page)]) == 0  # a full fine-tune of an untied model (its FLOPs once failed)
+    assert main(["plan", "--model", str(tmp_path), "--seq-len", "128", "--method", "lora", "--check", "--json", "-",
+                 "--html", str(page)]) == 0
     document = json.loads(capsys.readouterr().out)
     check = document["check"]
-    assert document["flops_per_token"] == 6 * (PARAMETERS - 1000 * 64) + 12 * 2 * 64 * 64
+    assert document["flops_per_token"] == 4 * (138_048 + LORA) + 2 * LORA + 12 * 2 * 64 * 128 == 791_808
     assert check["device"] == "cpu" and check["measured_step_s"] > 0
     measured, predicted = check["measured_peak_bytes"], check["predicted_peak_bytes"]
     assert abs(predicted - measured) <= 0.01 * measured and check["error_fraction"] == (predicted - measured) / measured

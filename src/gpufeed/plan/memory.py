@@ -54,7 +54,6 @@ STEP_ORDERS = ("grads_freed", "grads_live")
 # CUDA 12's lazy loading, by card and libraries: a round default, not a measurement of any card.
 CUDA_CONTEXT_BYTES = 500 * 2**20
 CUDA_BLOCK_BYTES = 512  # the CUDA caching allocator rounds every allocation up to a multiple of this
-FIRST_GUESS_BATCH = 16  # max_batch_size's second traced batch
 SEQUENCE_STEP = 128  # the longest sequence that fits is found to this many tokens
 _TRACED_PEAKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # factory -> {(setup, batch): peak_bytes}
 
@@ -295,14 +294,15 @@ def max_batch_size(model_or_factory: nn.Module | Callable[[], nn.Module], input_
                    device_type: str = "cuda", *, input_dtype: torch.dtype | None = None, channels_last: bool = False,
                    grad_accumulation: int = 1) -> int:
     """The largest batch whose traced peak_bytes (overhead included) is at most capacity_bytes; 0 if 1 is not,
-    found by `largest_fitting`. Peaks are remembered per factory (weakly) and setting, so asking for many
+    found by `fits_by_capacity`. Peaks are remembered per factory (weakly) and setting, so asking for many
     capacities, as ranking the catalog's cards does, reuses them: a factory must build the same model every time.
     """
     if not _positive_int(capacity_bytes):
         raise ConfigError(f"the memory capacity must be a positive int of bytes, got {capacity_bytes!r}")
     setup = _setup(input_shape, num_classes, optimizer, precision, device_type, input_dtype, channels_last,
                    grad_accumulation)
-    return largest_fitting(_remembered_peaks(model_or_factory, lambda batch: (setup, batch)), capacity_bytes)
+    return fits_by_capacity(_remembered_peaks(model_or_factory, lambda batch: (setup, batch)),
+                            [capacity_bytes])[capacity_bytes]
 
 
 def _remembered_peaks(model_or_factory, setup_and_batch: Callable[[int], tuple[_Setup, int]]) -> Callable[[int], int]:
@@ -321,47 +321,6 @@ def _remembered_peaks(model_or_factory, setup_and_batch: Callable[[int], tuple[_
         return known[key]
 
     return peak
-
-
-def largest_fitting(peak: Callable[[int], int], capacity_bytes: int, limit: int | None = None,
-                    first_guess: int = FIRST_GUESS_BATCH) -> int:
-    """The largest n >= 1 (at most `limit`) with peak(n) <= capacity_bytes; 0 if 1 does not fit.
-
-    Each moment of the step holds bytes affine in the batch (and, with attention linear in it, in the sequence),
-    so the peak is the largest of a few lines: convex. A line through two traced sizes guesses; each guess is
-    traced; a secant between the largest size that fits and the smallest that does not never overshoots, and the
-    search ends when they are adjacent (bisection after 12 secants, for a curve that is not convex).
-    """
-    traced: dict[int, int] = {}
-
-    def at(size: int) -> int:
-        if size not in traced:
-            traced[size] = peak(size)
-        return traced[size]
-
-    if at(1) > capacity_bytes:
-        return 0
-    if limit is not None and at(limit) <= capacity_bytes:
-        return limit
-
-    def bracket() -> tuple[int, int | None, int | None]:  # largest fitting, smallest failing, next traced below
-        fits = max(size for size, bytes_ in traced.items() if bytes_ <= capacity_bytes)
-        fails = min((size for size, bytes_ in traced.items() if bytes_ > capacity_bytes), default=None)
-        return fits, fails, max((size for size in traced if size < fits), default=None)
-
-    for attempt in range(64):
-        fits, fails, previous = bracket()
-        if fails == fits + 1:
-            return fits
-        guess = first_guess
-        if fails is not None or previous is not None:
-            low, high = (previous, fits) if fails is None else (fits, fails)
-            rise = at(high) - at(low)
-            guess = fits + (capacity_bytes - at(fits)) * (high - low) // rise if rise > 0 else 2 * fits
-        if fails is not None:  # between the two; bisect if 12 secants have not closed the gap
-            guess = min(guess, fails - 1) if attempt < 12 else (fits + fails) // 2
-        at(max(guess, fits + 1))
-    return bracket()[0]
 
 
 def _language_setup(sequence_length: int, optimizer: str, precision: str, device_type: str,
