@@ -178,7 +178,7 @@ def test_a_peak_that_is_a_line_answers_every_capacity_from_three_traces():
     assert sorted(traced) == [1, 2, 2_851]
 
 
-def _allocator_peak(model: LanguageModel, tune: FineTune, precision: str, frozen) -> int:
+def _allocator_peak(model: LanguageModel, tune: FineTune, precision: str, frozen, optimizer: str) -> int:
     """The CPU allocator's live total at its largest in steps 2 and 3 of the real step (plan --check's path:
     plan/language_check.py builds the model as the plan builds it, with real weights in the plan's dtypes)."""
     from gpufeed.plan.check import STEP_MARK, profiled_cpu_peak
@@ -186,7 +186,7 @@ def _allocator_peak(model: LanguageModel, tune: FineTune, precision: str, frozen
 
     def run() -> None:
         built = real_language_model(model, tune, precision, frozen, torch.device("cpu"))
-        run_language_steps(built, "adamw", precision, torch.device("cpu"), 2, 64, 1, 3)
+        run_language_steps(built, optimizer, precision, torch.device("cpu"), 2, 64, 1, 3)
 
     return profiled_cpu_peak(run, {STEP_MARK.format(1), STEP_MARK.format(2)})
 
@@ -199,12 +199,16 @@ SMALL = {"llama": tiny,  # untied output; GPT-2 ties its output to the embedding
                                                               pad_token_id=0))}
 
 
-CASES = {"full": (FineTune(), "fp32", None), "lora": (FineTune("lora"), "fp32", None),
-         "checkpointing": (FineTune(checkpointing=True), "fp32", None), "bf16-true": (FineTune(), "bf16-true", None),
-         "lora-bf16": (FineTune("lora"), "bf16", torch.bfloat16)}
+CASES = {"full": (FineTune(), "fp32", None, "adamw"), "lora": (FineTune("lora"), "fp32", None, "adamw"),
+         "checkpointing": (FineTune(checkpointing=True), "fp32", None, "adamw"),
+         "bf16-true": (FineTune(), "bf16-true", None, "adamw"),
+         "lora-bf16": (FineTune("lora"), "bf16", torch.bfloat16, "adamw"),
+         "fp16": (FineTune(), "fp16", None, "adamw"), "adafactor": (FineTune(), "fp32", None, "adafactor"),
+         "sgd": (FineTune(), "fp32", None, "sgd")}
 # every case on the Llama; on GPT-2 and T5 (tied embeddings, other attention) the full step, checkpointing and LoRA
-# under bf16. bf16 cases carry the isa mark (their kernels' scratch differs by instruction set).
-ALLOCATOR_CASES = [pytest.param(architecture, case, marks=[pytest.mark.isa] if "bf16" in case else [],
+# under bf16. bf16 and fp16 cases carry the isa mark (their kernels' scratch differs by instruction set); fp16 runs
+# with its gradient scaler, which the trace leaves out (its step reads a value).
+ALLOCATOR_CASES = [pytest.param(architecture, case, marks=[pytest.mark.isa] if "16" in case else [],
                                 id=f"{architecture}-{case}")
                    for architecture, cases in (("llama", CASES), ("gpt2", ("full", "checkpointing", "lora-bf16")),
                                                ("t5", ("full", "checkpointing", "lora-bf16")))
@@ -215,12 +219,12 @@ ALLOCATOR_CASES = [pytest.param(architecture, case, marks=[pytest.mark.isa] if "
 def test_traced_peak_of_small_transformers_is_within_1_percent_of_the_allocator(architecture, case):
     """Stricter than the issue's 5%, on the CPU allocator's own events in a real step. Measured 2026-12-03: all
     within 0.34% (checkpointed T5 the farthest), the trace 1 KB above in the others (the optimizer's scalar
-    tensors). Before the trace read each row as one unpadded sequence (language_model.rows_as_read), the Llama's
+    tensors); the Llama under fp16 with its scaler, Adafactor and SGD 0.02-0.03% above. Before the trace read each row as one unpadded sequence (language_model.rows_as_read), the Llama's
     was 2-4% above: on fake tensors transformers built the causal mask it skips on real ids."""
-    tune, precision, frozen = CASES[case]
+    tune, precision, frozen, optimizer = CASES[case]
     model = SMALL[architecture]()
-    estimate = estimate_language_memory(factory(model, tune), 64, 2, "adamw", precision, "cpu", frozen_dtype=frozen)
-    measured = _allocator_peak(model, tune, precision, frozen)
+    estimate = estimate_language_memory(factory(model, tune), 64, 2, optimizer, precision, "cpu", frozen_dtype=frozen)
+    measured = _allocator_peak(model, tune, precision, frozen, optimizer)
     assert abs(measured - estimate.peak_bytes) <= 0.01 * estimate.peak_bytes, (estimate.peak_bytes, measured)
 
 
@@ -371,3 +375,25 @@ def test_a_cuda_plan_holds_no_attention_scores_where_the_cpu_falls_back_to_them(
         "fp32", device).activations_bytes for device in ("cuda", "cpu") for dropout in (True, False)}
     assert activations["cuda", True] == activations["cuda", False]
     assert activations["cpu", True] - activations["cpu", False] >= 2 * 2 * scores  # 2 layers
+
+
+def test_the_fields_rules_of_thumb_are_floors_the_trace_stands_on():
+    """Not the method, a floor: mixed-precision Adam holds 16 bytes a parameter in weights, gradients and state (ZeRO
+    paper: fp32 weights 4, gradients 4, two moments 8, as autocast trains), and a GPT layer without recomputation at
+    least 34·s·b·h bytes of 2-byte activations when no scores are held (Korthikanti et al. 2022, whose 5·a·s/h term
+    is the scores fused attention does not keep). GPT-2's layer holds more in eager PyTorch: its GeLU is written as
+    separate elementwise operations, each saving its input (the allocator test above agrees with the trace)."""
+    import copy
+    import dataclasses
+
+    base = SMALL["gpt2"]()
+    activations = {}
+    for layers in (2, 3):
+        config = copy.deepcopy(base.config)
+        config.n_layer = layers
+        model = dataclasses.replace(base, config=config)
+        estimate = estimate_language_memory(factory(model, FineTune()), 128, 2, "adamw", "bf16-true", "cuda")
+        activations[layers] = estimate.activations_bytes
+    assert activations[3] - activations[2] >= 34 * 128 * 2 * 64
+    mixed = estimate_language_memory(factory(base, FineTune()), 128, 2, "adamw", "fp16", "cuda")
+    assert mixed.weights_bytes + mixed.gradients_bytes + mixed.optimizer_bytes >= 16 * mixed.parameters
