@@ -202,6 +202,7 @@ def _planned(model_or_factory, setup: _Setup, batch_size: int) -> MemoryEstimate
     planned = traced["grads_freed"]
     if setup.grad_accumulation > 1 and traced["grads_live"].peak_bytes > planned.peak_bytes:
         planned = traced["grads_live"]
+    _known_peaks(model_or_factory)[setup, batch_size] = planned.peak_bytes  # what _remembered_peaks would trace
     return dataclasses.replace(planned, grad_accumulation=setup.grad_accumulation,
                                step_order=step_order_text(setup.grad_accumulation),
                                peak_bytes_by_order={order: traced[order].peak_bytes for order in STEP_ORDERS})
@@ -305,13 +306,19 @@ def max_batch_size(model_or_factory: nn.Module | Callable[[], nn.Module], input_
                             [capacity_bytes])[capacity_bytes]
 
 
+def _known_peaks(model_or_factory) -> dict[tuple[_Setup, int], int]:
+    """The peaks traced so far for this factory by setting and batch (weakly per factory; a module, or a factory
+    without weak references, starts empty each time)."""
+    with contextlib.suppress(TypeError):
+        if not isinstance(model_or_factory, nn.Module):
+            return _TRACED_PEAKS.setdefault(model_or_factory, {})
+    return {}
+
+
 def _remembered_peaks(model_or_factory, setup_and_batch: Callable[[int], tuple[_Setup, int]]) -> Callable[[int], int]:
     """peak(n): the traced peak of the setting `setup_and_batch(n)` gives (the larger of both orders with
     accumulation), remembered per factory (weakly) and setting."""
-    known: dict[tuple[_Setup, int], int] = {}
-    with contextlib.suppress(TypeError):  # a module, or a factory without weak references: no memory across calls
-        if not isinstance(model_or_factory, nn.Module):
-            known = _TRACED_PEAKS.setdefault(model_or_factory, known)
+    known = _known_peaks(model_or_factory)
 
     def peak(size: int) -> int:
         setup, batch = key = setup_and_batch(size)
