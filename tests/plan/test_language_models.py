@@ -219,8 +219,9 @@ ALLOCATOR_CASES = [pytest.param(architecture, case, marks=[pytest.mark.isa] if "
 def test_traced_peak_of_small_transformers_is_within_1_percent_of_the_allocator(architecture, case):
     """Stricter than the issue's 5%, on the CPU allocator's own events in a real step. Measured 2026-12-03: all
     within 0.34% (checkpointed T5 the farthest), the trace 1 KB above in the others (the optimizer's scalar
-    tensors); the Llama under fp16 with its scaler, Adafactor and SGD 0.02-0.03% above. Before the trace read each row as one unpadded sequence (language_model.rows_as_read), the Llama's
-    was 2-4% above: on fake tensors transformers built the causal mask it skips on real ids."""
+    tensors); the Llama under fp16 with its scaler, Adafactor and SGD 0.02-0.03% above. Before the trace read each
+    row as one unpadded sequence (language_model.rows_as_read), the Llama's was 2-4% above: on fake tensors
+    transformers built the causal mask it skips on real ids."""
     tune, precision, frozen, optimizer = CASES[case]
     model = SMALL[architecture]()
     estimate = estimate_language_memory(factory(model, tune), 64, 2, optimizer, precision, "cpu", frozen_dtype=frozen)

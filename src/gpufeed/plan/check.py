@@ -68,6 +68,25 @@ def profiled_cpu_peak(run: Callable[[], None], marks: set[str]) -> int | NA:
     return peak
 
 
+def measured_peak(run: Callable[[], None], device: torch.device, steps: int,
+                  timings: list[float]) -> tuple[int | NA, bool]:
+    """The peak bytes of `run` (which appends each step's seconds to `timings`, each step inside a STEP_MARK range)
+    and whether `timings` were taken under the profiler. CUDA: `max_memory_allocated` over the run. CPU: the
+    allocator's live total in steps 2 on (`profiled_cpu_peak`); a run the profiler slowed by less than
+    UNPROFILED_RETIME_S is run again without it, for its times."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        run()
+        return torch.cuda.max_memory_allocated(device), False
+    started = time.perf_counter()
+    measured = profiled_cpu_peak(run, {STEP_MARK.format(step) for step in range(1, steps)})
+    if time.perf_counter() - started >= UNPROFILED_RETIME_S and not is_na(measured):
+        return measured, True
+    timings.clear()
+    run()
+    return measured, False
+
+
 def _planned_step(plan: Plan, device: torch.device) -> str:
     """', planned X ms (band) for <card>' when this device is a catalog GPU, else ''."""
     spec = find_gpu(torch.cuda.get_device_name(device)) if device.type == "cuda" else None
@@ -98,7 +117,6 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
     factory = model_factory(request.model, request.input_shape, request.num_classes)
     accumulation = request.grad_accumulation
     timings: list[float] = []
-    timed_under_profiler = False
 
     def run_steps() -> None:  # everything is allocated in here, so the CPU profiler sees all of it
         model = prepare_model(factory(), precision, device, channels_last)
@@ -114,21 +132,15 @@ def check_plan(plan: Plan, steps: int = 3) -> dict:
                 torch.cuda.synchronize()
             timings.append(time.perf_counter() - started)
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    def run_with_flags() -> None:
         with tf32_flags(device, request.precision):
             run_steps()
-        measured = torch.cuda.max_memory_allocated(device)
+
+    measured, timed_under_profiler = measured_peak(run_with_flags, device, steps, timings)
+    if device.type == "cuda":
         predicted = plan.memory.peak_bytes - CUDA_CONTEXT_BYTES  # the allocator counts its rounding, not the context
         how = "torch.cuda.max_memory_allocated (without the CUDA context)"
     else:
-        started = time.perf_counter()
-        measured = profiled_cpu_peak(run_steps, {STEP_MARK.format(step) for step in range(1, steps)})
-        if time.perf_counter() - started < UNPROFILED_RETIME_S or is_na(measured):  # time again, unprofiled
-            timings.clear()
-            run_steps()
-        else:
-            timed_under_profiler = True
         predicted = estimate_memory(factory, request.input_shape, request.batch_size, request.num_classes,
                                     optimizer=request.optimizer, device_type="cpu",
                                     precision="fp32" if request.precision == "tf32" else request.precision,

@@ -23,7 +23,7 @@ from torch import nn
 
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.na import is_na
-from gpufeed.plan.check import STEP_MARK, UNPROFILED_RETIME_S, check_result, profiled_cpu_peak
+from gpufeed.plan.check import STEP_MARK, check_result, measured_peak
 from gpufeed.plan.fake_model import fake_weights
 from gpufeed.plan.language_model import FineTune, LanguageModel, build_language_model
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_language_memory
@@ -131,27 +131,15 @@ def check_language_plan(plan, steps: int = 3) -> dict:
         raise ConfigError(f"--check would need {predicted / 2**20:,.0f} MiB on {device}, {free / 2**20:,.0f} MiB "
                           f"is free here: check a smaller model, --batch-size or --seq-len")
     timings: list[float] = []
-    timed_under_profiler = False
 
     def run() -> None:  # everything is allocated in here, so the CPU profiler sees all of it
         model = real_language_model(language_model, request.tune, request.precision, frozen, device)
         timings.extend(run_language_steps(model, request.optimizer, request.precision, device, batch, length,
                                           request.grad_accumulation, steps))
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        run()
-        measured = torch.cuda.max_memory_allocated(device)
-    else:
-        started = time.perf_counter()
-        measured = profiled_cpu_peak(run, {STEP_MARK.format(index) for index in range(1, steps)})
-        if time.perf_counter() - started < UNPROFILED_RETIME_S or is_na(measured):  # time again, unprofiled
-            timings.clear()
-            run()
-        else:
-            timed_under_profiler = True
-        if is_na(measured):
-            measured, how = None, f"not measured: {measured.reason}"
+    measured, timed_under_profiler = measured_peak(run, device, steps, timings)
+    if is_na(measured):
+        measured, how = None, f"not measured: {measured.reason}"
     step_s = sorted(timings)[len(timings) // 2]
     rate = f"{batch * length * request.grad_accumulation / step_s:,.0f} tokens/s"
     return check_result(device, predicted, measured, how, step_s, steps, rate, timed_under_profiler)
