@@ -10,11 +10,16 @@
 #   pip download nvidia-nvimgcodec-cu12 nvidia-nvjpeg-cu12 --no-deps -d shared/wheels       # 32 MB + 5 MB
 #   for v in 3.10 3.11 3.12 3.13; do pip download simplejpeg --no-deps --only-binary=:all: --python-version $v \
 #     --platform manylinux2014_x86_64 -d shared/wheels; done                                # 0.4 MB each
-# then run with carry=["shared/wheels"]. Without them the GPU-decode steps say so and are skipped.
+# For the language-model plan's check, transformers and peft with their dependencies but not torch, numpy or
+# CUDA's (the machine's own), for the machine's python3 (see its version in the "machine" step):
+#   pip download transformers==5.24.0 peft==0.21.2 --only-binary=:all: --python-version 3.12 \
+#     --platform manylinux2014_x86_64 -d shared/wheels/lm && rm -f shared/wheels/lm/{torch,numpy,nvidia,triton}*
+# then run with carry=["shared/wheels"]. Without them the GPU-decode and language-model steps say so and are skipped.
 #
-# Time: each step's estimate (one H200, 16 cores) is in its comment, about 460 s in all. Each step also has a
-# limit, and `within` cuts any limit to what is left of BUDGET_S (470 s) since the start, and skips a step when
-# under 10 s are left, so the whole script ends before 8 minutes even when steps run long.
+# Time: each step's estimate (one H200, 16 cores) is in its comment, about 460 s in all before the language-model
+# step (about 60 s more, last: it runs in what is left of the budget). Each step also has a limit, and `within`
+# cuts any limit to what is left of BUDGET_S (470 s) since the start, and skips a step when under 10 s are left, so
+# the whole script ends before 8 minutes even when steps run long.
 #
 # Exit status: 1 when a test step (pytest) failed, timed out or was skipped for want of time, after every step has
 # run, so the other figures still come back; the log ends with the test steps' statuses. 0 otherwise.
@@ -63,6 +68,10 @@ record_tests() {  # record_tests NAME STATUS: say how a pytest step ended; remem
       $wanted && export PYTHONPATH="$PYTHONPATH:$OUT/wheels" && echo "installed into \$OUT/wheels: $wanted"
   else
     echo "no nvImageCodec wheel in $WHEELS: the GPU-decode tests skip and its timing is not measured (see the header)"
+  fi
+  if ls "$WHEELS"/lm/transformers-*.whl > /dev/null 2>&1 && ! python3 -c "import transformers, peft" 2> /dev/null; then
+    within 60 python3 -m pip install --quiet --no-index --no-deps --target "$OUT/lm_wheels" "$WHEELS"/lm/*.whl \
+      && export PYTHONPATH="$PYTHONPATH:$OUT/lm_wheels" && echo "installed into \$OUT/lm_wheels: transformers, peft"
   fi
 
   # est 70 s; "cuda" in a test's id selects the CUDA variants of tests that also run on the CPU (the transfer ring
@@ -136,6 +145,17 @@ EOF
   step "plan --check on the GPU: the shared training step, plain and accumulating"  # est 40 s
   within 60 python3 -m gpufeed plan --model resnet18 --input 3x64x64 --batch-size 128 --check --json "$OUT/plan_check.json" | tail -4
   within 60 python3 -m gpufeed plan --model resnet18 --input 3x64x64 --batch-size 64 --grad-accumulation 2 --check --json "$OUT/plan_check_accumulating.json" | tail -4
+
+  # est 60 s: GPT-2 drops attention probabilities, so this checks plan/fused_attention.py's claim that CUDA's fused
+  # sdpa holds no scores (planned 4.5 GiB of activations at 4 x 1,024 where the CPU's math path would hold 11.4)
+  step "language-model plan on the GPU: GPT-2 --check, and the small transformers against max_memory_allocated"
+  if python3 -c "import transformers, peft" 2> /dev/null; then
+    within 90 python3 -m gpufeed plan --model gpt2 --seq-len 1024 --batch-size 4 --check \
+      --json "$OUT/plan_check_gpt2.json" | tail -4
+    within 120 python3 benchmarks/plan_accuracy.py --device cuda --only language | tee "$OUT/plan_accuracy_lm.txt"
+  else
+    echo "skipped: transformers and peft are not importable (no wheels carried; see the header)"
+  fi
 
   step "done"
   if (( ${#FAILED_STEPS[@]} )); then
