@@ -357,17 +357,25 @@ def _run_language(args) -> int:
         from gpufeed.plan.language_check import refuse_unrunnable
 
         refuse_unrunnable(request.tune.method, request.optimizer)
-    status = error_console if args.json == "-" else console
-    with status.status("planning: tracing the training step on fake tensors, then what fits on each GPU"):
-        plan = make_language_plan(request)
-    document = language_plan_json(plan)
-    if args.check:
-        from gpufeed.plan.language_check import check_language_plan
+    from gpufeed.plan.language_check import check_language_plan
 
-        with status.status(f"checking: running {request.model} for 3 steps here, peak memory and time"):
-            document["check"] = check_language_plan(plan)
+    with _status(args).status("planning: tracing the training step on fake tensors, then what fits on each GPU"):
+        plan = make_language_plan(request)
+    return _checked_and_shown(args, plan, language_plan_json(plan), check_language_plan, _show_language)
+
+
+def _status(args):
+    return error_console if args.json == "-" else console
+
+
+def _checked_and_shown(args, plan, document: dict, check, show) -> int:
+    """The plan's document with --check's block when asked (`check(plan)`), the plan shown unless --json -, then
+    saved: the end of both kinds of plan."""
+    if args.check:
+        with _status(args).status(f"checking: running {plan.request.model} for 3 steps here, peak memory and time"):
+            document["check"] = check(plan)
     if args.json != "-":
-        _show_language(plan)
+        show(plan)
         for line in document.get("check", {}).get("lines", []):
             console.print(f"check: {line}")
     emit_document(document, "plan", args)
@@ -384,19 +392,8 @@ def run(args) -> int:
     if args.gpus is not None and args.gpus <= 0:
         raise ConfigError(f"--gpus must be positive, got {args.gpus}")
     check_output_paths(args, inputs=(args.data,) if args.data else ())
-    status = error_console if args.json == "-" else console
-    with status.status("planning: tracing one training step on fake tensors"):
-        plan = make_plan(_request(args))
-    document = plan_json(plan)
-    if args.check:
-        from gpufeed.plan.check import check_plan
+    from gpufeed.plan.check import check_plan
 
-        with status.status(f"checking: running {plan.request.model} for 3 steps here, peak memory and time"):
-            document["check"] = check_plan(plan)
-    if args.json != "-":
-        _show(plan)
-        if "check" in document:
-            for line in document["check"]["lines"]:
-                console.print(f"check: {line}")
-    emit_document(document, "plan", args)
-    return 0
+    with _status(args).status("planning: tracing one training step on fake tensors"):
+        plan = make_plan(_request(args))
+    return _checked_and_shown(args, plan, plan_json(plan), check_plan, _show)
