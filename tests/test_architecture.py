@@ -3,12 +3,15 @@
 - no import circle between modules, counting imports inside functions and under TYPE_CHECKING;
 - every import between two packages is an arrow the design's table allows (its rows are the units);
 - no private gpufeed name reached from another module, in src/ or tests/;
-- the design's layout lists exactly the modules in the tree.
+- the design's layout lists exactly the modules in the tree;
+- each sub-package's `__init__.py` docstring (its map) names every module and sub-package in its folder.
 Each check is first shown to fail on a small planted tree, so a pass means something.
 """
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -130,6 +133,33 @@ def test_no_private_name_is_reached_across_modules():
 def test_the_design_layout_lists_exactly_the_modules():
     listed, present = layout_modules(DESIGN), tree_modules(PACKAGE)
     assert sorted(present - listed) == [] and sorted(listed - present) == []
+
+
+def unmapped(package: Path) -> dict[str, list[str]]:
+    """Each sub-package's modules (name.py) and sub-packages (name/) its `__init__.py` docstring does not name.
+    The root's map is design.md's layout (checked above), so the root is left out."""
+    missing = {}
+    for init in sorted(package.rglob("__init__.py")):
+        if init.parent == package:
+            continue
+        text = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+        named = set(re.findall(r"\b[a-z_0-9]+\.py\b", text)) | set(re.findall(r"\b[a-z_0-9]+/", text))
+        present = {path.name for path in init.parent.glob("*.py") if path.name != "__init__.py"} | \
+            {f"{path.name}/" for path in init.parent.iterdir() if (path / "__init__.py").exists()}
+        if present - named:
+            missing[init.relative_to(package).parent.as_posix()] = sorted(present - named)
+    return missing
+
+
+def test_a_module_its_package_map_leaves_out_is_named(tmp_path):
+    package = _plant(tmp_path, {"__init__.py": '"""the root"""', "low/__init__.py": '"""- a.py: one"""',
+                                "low/a.py": "", "low/b.py": "", "low/deep/__init__.py": '"""- c.py"""',
+                                "low/deep/c.py": ""})
+    assert unmapped(package) == {"low": ["b.py", "deep/"]}
+
+
+def test_every_package_map_names_its_modules():
+    assert unmapped(PACKAGE) == {}
 
 
 def test_the_findings_load_without_torch():

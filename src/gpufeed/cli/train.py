@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import shlex
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from gpufeed.cli.output import (
 )
 from gpufeed.cli.pack import decimal_bytes, print_skipped, progress_bar
 from gpufeed.errors import ConfigError, Interrupted
+from gpufeed.torchrun import launch
 from gpufeed.train.config import TrainConfig
 from gpufeed.train.events import (
     FolderPacking,
@@ -251,12 +251,12 @@ def run(args) -> int:
         result = train(config, on_event=screen)
     except Interrupted as stopped:
         screen.close()
-        if os.environ.get("RANK", "0") == "0":
+        if launch().is_main:
             error_console.print(_interrupted_line(stopped, getattr(args, "argv", None)), markup=False, soft_wrap=True)
         return stopped.exit_status
     finally:
         screen.close()
-    if os.environ.get("RANK", "0") != "0":  # under torchrun only rank 0 reports
+    if not launch().is_main:  # under torchrun only rank 0 reports
         return 0
     if isinstance(result, RunComplete):
         return _complete(result, args)
@@ -273,7 +273,7 @@ def _interrupted_line(stopped: Interrupted, words: list[str] | None) -> str:
     words = [word for word in (words or ["train", "--out", stopped.out]) if word != "--overwrite"]
     if "--resume" not in words:
         words.append("--resume")
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if launch().distributed:
         return f"interrupted: {stopped}; continue with the same torchrun command and --resume"
     return f"interrupted: {stopped}; continue with: gpufeed {shlex.join(words)}"
 

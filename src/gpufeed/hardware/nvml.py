@@ -81,12 +81,6 @@ def as_text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def nvml_available() -> bool | NA:
-    """True when NVML initialised; otherwise the `NA` that says why not."""
-    library = load_library()
-    return library if is_na(library) else True
-
-
 def device_count() -> int | NA:
     """Number of NVIDIA devices the driver sees (all of them, not only CUDA-visible ones). `count`."""
     return _query_system("device count", lambda nv: int(nv.nvmlDeviceGetCount()))
@@ -191,12 +185,6 @@ def pcie_width(index: int, maximum: bool = False) -> int | NA:
         return int(reader(handle))
 
     return _query(index, field, read)
-
-
-def temperature_c(index: int) -> int | NA:
-    """Core temperature in degrees Celsius. `temperature.gpu`."""
-    return _query(index, "temperature.gpu",
-                  lambda nv, handle: int(nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU)))
 
 
 def driver_version() -> str | NA:

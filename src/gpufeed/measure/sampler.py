@@ -14,7 +14,6 @@ more. Readings that cannot be taken are None, with the reason in `unmeasured`.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from gpufeed.hardware import gpm, nvml
 from gpufeed.hardware.na import is_na
 from gpufeed.hardware.probe import nvml_index_for_cuda
 from gpufeed.measure.steps import HostSample
+from gpufeed.torchrun import launch
 
 
 class HostReader:
@@ -138,9 +138,10 @@ def rank_cuda_index(device: torch.device) -> int:
     if torch.cuda.is_initialized() and threading.current_thread() is threading.main_thread():
         with contextlib.suppress(Exception):  # a reading that fails falls back below, never a crash
             return torch.cuda.current_device()  # per host thread: the sampler's own thread would read 0
-    local_rank = os.environ.get("LOCAL_RANK", "")
-    if local_rank.isdigit() and int(local_rank) < torch.cuda.device_count():
-        return int(local_rank)
+    with contextlib.suppress(ValueError):  # torchrun.launch's ConfigError: the launcher's to report, not a reading's
+        local_rank = launch().local_rank
+        if 0 <= local_rank < torch.cuda.device_count():
+            return local_rank
     return 0
 
 

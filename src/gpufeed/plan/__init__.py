@@ -22,6 +22,8 @@ Modules:
   QLoRA's base, activation checkpointing); each row read as one unpadded sequence while tracing
 - nf4.py: QLoRA's 4-bit NF4 base weights by bitsandbytes' layout
 - fused_attention.py: sdpa's memory as CUDA's fused kernels hold it, for a CUDA plan traced on the CPU
+- input_cost.py: bytes a sample is stored in, and samples one core stages per second through the real Feed
+- kernel_scratch.py: a stated upper bound on the scratch a CPU matrix-product kernel allocates inside itself
 - optimizers.py: the optimizers a plan names, transformers' Adafactor and bitsandbytes' 8-bit AdamW state included
 - language_plan.py: LanguagePlanRequest, make_language_plan and language_plan_json: memory and what fits per GPU
 """

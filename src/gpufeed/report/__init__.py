@@ -9,4 +9,7 @@ Modules:
 - plan_page.py: the page of gpufeed plan
 - language_plan_page.py: the page of gpufeed plan for a language model
 - plan_check.py: the plan pages' section for --check
+- compare_page.py: the page of gpufeed compare (and of the doctor's A/B mode)
+- compare_markdown.py: a comparison's short Markdown summary for a pull-request comment (--markdown)
+- doctor_ranks.py: the doctor page's section for a run on several ranks
 """

@@ -15,5 +15,6 @@ Modules:
 - checkpoint.py: checkpoints that survive a kill and load without running pickled code
 - outputs.py: the files of --out DIR, config.json, metrics.jsonl, model.safetensors, summary.json
 - resume.py: how a run starts in --out DIR: fresh, resumed with its settings checked, replaced, or already complete
-- distributed.py: torchrun's environment and DDP, sums and barriers across ranks
+- distributed.py: DDP on torchrun's ranks (gpufeed/torchrun.py reads the environment), sums and barriers
+- interrupt.py: SIGINT or SIGTERM ends the step, writes a checkpoint and ends the run with `Interrupted`
 """

@@ -10,7 +10,6 @@ Each rank reads its own shard through `Feed(rank, world_size)`; only rank 0 prin
 from __future__ import annotations
 
 import datetime
-import os
 import time
 import weakref
 from dataclasses import dataclass
@@ -18,8 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from gpufeed.errors import ConfigError
 from gpufeed.hardware.devices import resolve_device
+from gpufeed.torchrun import launch
 
 # gpufeed's choice: gloo's worker releases a finished collective within microseconds; 10 s covers a machine so
 # loaded that the thread waits long for a core, and bounds the wait if something else keeps the tensor.
@@ -43,20 +42,12 @@ class DistributedContext:
         return self.backend is not None
 
 
-def _environment_int(name: str, default: int) -> int:
-    value = os.environ.get(name, str(default))
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"environment variable {name}={value!r} is not an integer; launch with torchrun") from None
-
-
 def setup(device_name: str = "auto", timeout_s: float = 600.0) -> DistributedContext:
     """One process, or one rank of a torchrun job (WORLD_SIZE > 1): NCCL on CUDA GPUs, gloo on CPUs."""
-    world_size = _environment_int("WORLD_SIZE", 1)
-    if world_size <= 1:
+    job = launch()
+    if not job.distributed:
         return DistributedContext(0, 0, 1, resolve_device(device_name), None)
-    rank, local_rank = _environment_int("RANK", 0), _environment_int("LOCAL_RANK", 0)
+    rank, local_rank, world_size = job.rank, job.local_rank, job.world_size
     device = resolve_device(device_name)
     if device.type == "cuda":
         device = resolve_device(f"cuda:{local_rank}")

@@ -11,6 +11,10 @@ Each kind's module holds its judgement:
   `RECOMMEND_AT`: the share over which it may be the verdict, with its source (shares.py, verdict.py).
 The experiments `--try` runs to test a kind's fix are trials/plan.py's (a function per kind that has one).
 
+The kinds: communication.py, compute_bound.py, cpu_saturated.py, host_to_device.py, input_bound.py,
+launch_overhead.py, memory_pressure.py, periodic_stall.py, precision.py, small_batch.py, straggler.py,
+sync_stall.py, worker_memory.py.
+
 `FINDINGS` lists them in the vocabulary's order, which is also the order of detection and of ties between equal
 shares; `KINDS` (report.py) is their names, which a Finding's kind must be one of. A new kind is a new module here,
 a line in `FINDINGS` and its name in report.py's `KINDS`.

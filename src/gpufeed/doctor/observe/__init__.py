@@ -10,4 +10,6 @@ observation.py, notes.py, patching.py and frameworks/; never findings/ (the call
 - clock.py: what one step holds (batches, samples, accumulation) and the notes that say so
 - profile.py: torch.profiler over a few steps after the watched ones: operators, kernels, device busy time
 - flops.py: the FLOPs of the last warm-up step (FlopCounterMode) by operator and precision, the device's peak
+- probe.py: the small-batch probe, the fixed cost of a step at a small batch, on the user's own model
+- worker_memory.py: the DataLoader workers' private memory through the watch, and what the Dataset holds to copy
 """

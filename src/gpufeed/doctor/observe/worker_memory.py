@@ -30,6 +30,7 @@ from typing import Any
 
 from gpufeed.doctor.observation import DatasetAttribute, WorkerMemoryReading
 from gpufeed.doctor.observe.clock import loader_batch_size
+from gpufeed.torchrun import launch
 
 # gpufeed's choice: a fast loop watches its 50 steps in half a second, and the projection needs several readings
 # past the workers' start-up; a reading costs the kernel's walk of the worker's page tables (about 9 ms for a
@@ -135,6 +136,14 @@ def private_bytes(process) -> int | None:
     return int(getattr(info, "uss", None) or getattr(info, "pss", None) or info.rss)
 
 
+def _ranks_on_node() -> int:
+    """torchrun's LOCAL_WORLD_SIZE (1 alone, or when the environment cannot be read: a reading never fails)."""
+    try:
+        return launch().local_world_size
+    except ValueError:  # torchrun.launch's ConfigError
+        return 1
+
+
 class WorkerMemory:
     """The readings of one training iterator's workers (the module docstring); `reading()` gives them typed."""
 
@@ -226,4 +235,4 @@ class WorkerMemory:
             available = None
         return WorkerMemoryReading(samples, workers, about["dataset_length"], about["epoch_batches"],
                                    about["batch_size"], about["attributes"], available,
-                                   int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), about["prefetch_factor"])
+                                   _ranks_on_node(), about["prefetch_factor"])

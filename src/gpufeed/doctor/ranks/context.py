@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
-import os
 import statistics
 import threading
 import time
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from gpufeed.doctor.observation import Observation, Ranks, RankSummary
 from gpufeed.doctor.ranks.timing import RankTimer
 from gpufeed.errors import GpufeedError
+from gpufeed.torchrun import launch
 
 # gpufeed's choice: after a peer failed, rank 0's own loop gets this long to come back (it may have finished its
 # steps) before the guard ends it from outside.
@@ -68,22 +68,12 @@ class RankContext:
         return self.rank == 0
 
     @classmethod
-    def from_environment(cls, environ=os.environ) -> RankContext | None:
+    def from_environment(cls, environ=None) -> RankContext | None:
         """This process's rank in a torchrun job, or None for one process (WORLD_SIZE unset or 1)."""
-        try:
-            world = int(environ.get("WORLD_SIZE", "1"))
-            if world <= 1:
-                return None
-            rank, local = int(environ["RANK"]), int(environ.get("LOCAL_RANK", "0"))
-            host, port = environ["MASTER_ADDR"], int(environ["MASTER_PORT"])
-        except KeyError as missing:
-            raise GpufeedError(f"WORLD_SIZE is {environ.get('WORLD_SIZE')} but {missing.args[0]} is not set; "
-                               f"launch with torchrun, or gpufeed doctor --nproc-per-node N") from None
-        except ValueError as wrong:
-            raise GpufeedError(f"a torchrun environment variable is not an integer ({wrong}); launch with "
-                               f"torchrun, or gpufeed doctor --nproc-per-node N") from None
-        run_id = f"{environ.get('TORCHELASTIC_RUN_ID', 'job')}-{environ.get('TORCHELASTIC_RESTART_COUNT', '0')}"
-        return cls(rank, world, local, host, port, run_id)
+        job = launch(environ)
+        if not job.distributed:
+            return None
+        return cls(job.rank, job.world_size, job.local_rank, job.master_addr, job.master_port, job.run_id)
 
 
 def launcher_arguments(words: list[str], nproc: int) -> list[str]:
