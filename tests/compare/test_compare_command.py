@@ -13,7 +13,9 @@ from tests.compare.documents import doctor_document, fixture, write
 
 from gpufeed.cli.main import main
 from gpufeed.compare.model import gate
-from gpufeed.compare.pairs import Side, compare_pairs, order
+from gpufeed.compare.pairs import compare_pairs
+from gpufeed.doctor.runs.pairs import planned_runs
+from gpufeed.doctor.runs.script import Script
 
 SCRIPT = Path(__file__).parent / "scripts" / "sleepy_getitem.py"
 
@@ -128,7 +130,9 @@ def test_one_script_run_twice_with_a_slower_getitem_the_second_time(tmp_path, mo
 
 
 def test_the_pairs_run_alternately_after_a_warm_up():
-    assert order(3) == [(-1, "base"), (0, "base"), (0, "new"), (1, "new"), (1, "base"), (2, "base"), (2, "new")]
+    assert planned_runs(3, warm_up=True) == [(-1, "base"), (0, "base"), (0, "new"), (1, "new"), (1, "base"),
+                                             (2, "base"), (2, "new")]
+    assert planned_runs(2) == [(0, "base"), (0, "new"), (1, "new"), (1, "base")]  # --try: after its diagnosis
 
 
 @pytest.mark.slow
@@ -170,8 +174,8 @@ def test_pairs_that_all_moved_the_same_way_are_real_and_gate_and_mixed_ones_are_
     both ways are within the noise, and pass it, saying so."""
     base_waits = [waits(seed) for seed in (10, 11, 12)]
     base_runs = [doctor_document(w) for w in base_waits]
-    slower = compare_pairs(base_runs, [doctor_document(w + 10.0) for w in base_waits], Side("a.py", ()),
-                           Side("b.py", ()))
+    slower = compare_pairs(base_runs, [doctor_document(w + 10.0) for w in base_waits], Script("a.py"),
+                           Script("b.py"))
     assert slower.mode == "pairs" and slower.slower_real is True
     differences = [(w + 10.0 + 12.0).mean() / (w + 12.0).mean() - 1.0 for w in base_waits]  # per sample, by hand
     assert slower.slower_interval[0] == pytest.approx(min(differences))
@@ -181,7 +185,7 @@ def test_pairs_that_all_moved_the_same_way_are_real_and_gate_and_mixed_ones_are_
     assert gate(slower, 10.0).failed
     mixed = compare_pairs(base_runs, [doctor_document(w + shift) for w, shift in zip(base_waits, (3.0, -3.0, 4.0),
                                                                                        strict=True)],
-                          Side("a.py", ()), Side("b.py", ()))
+                          Script("a.py"), Script("b.py"))
     assert mixed.slower_real is False and mixed.headline.startswith("no change per sample")
     outcome = gate(mixed, 1.0)
     assert not outcome.failed and "within the noise" in outcome.sentence
@@ -192,8 +196,8 @@ def test_one_pair_is_judged_without_a_significance_and_the_gate_says_so():
     real is not computed, and a 10% gate passes saying so (what the A/B end-to-end run cannot assert on a loaded
     machine)."""
     base_wait = waits(20)
-    one = compare_pairs([doctor_document(base_wait)], [doctor_document(base_wait + 10.0)], Side("a.py", ()),
-                        Side("b.py", ()))
+    one = compare_pairs([doctor_document(base_wait)], [doctor_document(base_wait + 10.0)], Script("a.py"),
+                        Script("b.py"))
     assert one.mode == "pairs" and one.slower_real is None and one.slower_interval is None
     assert one.slower == pytest.approx((base_wait + 10.0 + 12.0).mean() / (base_wait + 12.0).mean() - 1.0)
     assert "one pair has no spread" in one.headline

@@ -8,8 +8,8 @@ from tests.compare.documents import bench_document, doctor_document, fixture, tr
 
 from gpufeed.compare.documents import compare_documents, compare_files
 from gpufeed.compare.model import gate
-from gpufeed.compare.statistics import Samples, block_steps, bootstrap_interval, resample_indices
 from gpufeed.errors import ConfigError
+from gpufeed.measure.difference import Samples, block_steps, bootstrap_interval, resample_indices
 
 STEPS = 60
 

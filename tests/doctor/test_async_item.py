@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from gpufeed.cli.main import main
+from gpufeed.doctor.runs.script import Script, WatchSettings
 from gpufeed.doctor.trials.async_item import ASYNC_ITEM, MOST_LISTED, CudaCopies, StaleReads, defer_reads
 from gpufeed.doctor.trials.changes import Changes
 from gpufeed.doctor.trials.runs import run_once, run_trial
@@ -149,13 +150,13 @@ def test_the_methods_are_restored_when_the_run_raises() -> None:
                          ORIGINALS["tolist"])
 
     experiment = dataclasses.replace(ASYNC_ITEM, install=install)
-    run = run_once(str(SCRIPTS / "crashes.py"), [], False, experiment, 5, 1, 20)
+    run = run_once(Script(str(SCRIPTS / "crashes.py")), WatchSettings(5, 1, timeout_s=20), experiment)
     assert installed == [True] and run.problem is not None and "ValueError: loss became NaN" in run.problem
     assert unpatched() and torch.tensor(3.0).item() == 3.0
 
 
 def test_on_the_cpu_no_read_is_deferred_and_that_is_no_gain() -> None:
-    trial = run_trial(ASYNC_ITEM, str(SCRIPTS / "tiny_linear.py"), [], False, steps=3, warmup=1, repeats=1)
+    trial = run_trial(ASYNC_ITEM, Script(str(SCRIPTS / "tiny_linear.py")), WatchSettings(3, 1), repeats=1)
     assert trial.gain is None and trial.problem.startswith("no .item() or .tolist() of a CUDA tensor was deferred")
     assert unpatched()
 

@@ -21,9 +21,11 @@ from gpufeed.cli.main import main
 from gpufeed.doctor.findings.grading import spread_confidence
 from gpufeed.doctor.findings.report import Finding, Report, Verdict, gain_headline
 from gpufeed.doctor.notes import Note
+from gpufeed.doctor.runs.runner import Run
+from gpufeed.doctor.runs.script import Script, WatchSettings
 from gpufeed.doctor.trials.changes import Changes, Experiment, autocast_forward, loader_experiment, replay
 from gpufeed.doctor.trials.plan import plan_experiments
-from gpufeed.doctor.trials.runs import Run, run_experiments, run_trial, total_runs
+from gpufeed.doctor.trials.runs import run_experiments, run_trial, total_runs
 from gpufeed.measure.steps import StepRecord
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -86,7 +88,8 @@ def test_replaying_batches_and_more_workers_are_measured_on_a_loop_that_waits_fo
     # the bound, not the headline: the headline is the recommended fix's (more workers).
     assert gain["bound"] > 1.5
     bound_text = re.fullmatch(r"replayed the first 8 batches .*: median of 2 pairs ([\d.]+)x \(([\d.]+)–([\d.]+)\), "
-                              r"10 steps each \(samples/s, each pair a fresh baseline run then the change\)",
+                              r"10 steps each \(samples/s, each pair a fresh baseline run and the change, in ABBA "
+                              r"order\)",
                               replay_how)
     assert bound_text is not None, replay_how
     middle, low, high = (float(value) for value in bound_text.groups())
@@ -116,7 +119,7 @@ def test_no_experiment_without_a_high_or_medium_finding(monkeypatch: pytest.Monk
         raise AssertionError("an experiment ran")
 
     monkeypatch.setattr("gpufeed.doctor.trials.runs.run_script", must_not_run)
-    findings, unmeasured = run_experiments(str(SCRIPTS / "compute_bound.py"), [], False, report, 10, 2)
+    findings, unmeasured = run_experiments(Script(str(SCRIPTS / "compute_bound.py")), report, WatchSettings(10, 2))
     assert findings == report.findings and unmeasured == [
         Note("unmeasured", "verified fixes (--try): none tried, no finding of high or medium severity")]
 
@@ -124,10 +127,11 @@ def test_no_experiment_without_a_high_or_medium_finding(monkeypatch: pytest.Monk
 def test_a_crashing_experiment_is_a_line_in_unmeasured() -> None:
     before = patched_state()
     report = input_report({"loader_workers": 0, "suggested_workers": 2})  # its experiments: replay and workers
-    findings, unmeasured = run_experiments(str(SCRIPTS / "crashes.py"), [], False, report, 5, 2, 20, repeats=2)
+    findings, unmeasured = run_experiments(Script(str(SCRIPTS / "crashes.py")), report,
+                                           WatchSettings(5, 2, timeout_s=20), repeats=2)
     assert patched_state() == before and findings == report.findings  # no gain anywhere
-    for name in ("replay", "workers"):  # the baseline run before each raised first
-        assert any(note.text.startswith(f"verified fix for input_bound ({name}): the baseline run before it: the "
+    for name in ("replay", "workers"):  # the baseline run, first in ABBA order, raised first
+        assert any(note.text.startswith(f"verified fix for input_bound ({name}): the baseline run beside it: the "
                                         "script raised ValueError: loss became NaN") for note in unmeasured), unmeasured
 
 
@@ -138,8 +142,8 @@ def test_a_change_that_breaks_is_reported_and_undone() -> None:
         replay(changes)
         raise RuntimeError("cannot patch this")
 
-    trial = run_trial(Experiment("input_bound", "broken", "a broken change", install), str(SCRIPTS /
-                      "input_bound.py"), [], False, steps=3, warmup=0)
+    trial = run_trial(Experiment("input_bound", "broken", "a broken change", install),
+                      Script(str(SCRIPTS / "input_bound.py")), WatchSettings(steps=3, warmup=0))
     assert trial.gain is None and trial.problem.startswith("the experiment failed: RuntimeError: cannot patch this")
     assert patched_state() == before
 
@@ -147,16 +151,16 @@ def test_a_change_that_breaks_is_reported_and_undone() -> None:
 def test_a_change_that_does_not_take_is_not_a_gain() -> None:
     # tensors sliced in memory: no DataLoader to change (tiny_linear.py: a Linear(5, 1), so the runs are short)
     doubled = run_trial(loader_experiment("small_batch", "double_batch", batch_factor=2),
-                        str(SCRIPTS / "tiny_linear.py"), [], False, steps=5, warmup=1, repeats=1)
+                        Script(str(SCRIPTS / "tiny_linear.py")), WatchSettings(5, 1), repeats=1)
     assert doubled.gain is None and doubled.problem.startswith("no DataLoader batch size was read")
     replayed = run_trial(plan_for("input_bound", {"loader_workers": 0, "suggested_workers": 2})[0],
-                         str(SCRIPTS / "tiny_linear.py"), [], False, steps=5, warmup=1, repeats=1)
+                         Script(str(SCRIPTS / "tiny_linear.py")), WatchSettings(5, 1), repeats=1)
     assert replayed.gain is None and replayed.problem.startswith("no DataLoader batch was replayed")
 
 
 def test_a_doubled_batch_reaches_the_loader() -> None:
     trial = run_trial(loader_experiment("small_batch", "double_batch", batch_factor=2),
-                      str(SCRIPTS / "input_bound.py"), [], False, steps=5, warmup=1, repeats=1)
+                      Script(str(SCRIPTS / "input_bound.py")), WatchSettings(5, 1), repeats=1)
     assert trial.gain is not None and trial.gain.measured > 0 and "batch_size x2" in trial.gain.how  # 4 -> 8
     assert trial.gain.how.endswith(": 1 pair " + f"{trial.gain.measured:.2f}x, 5 steps each (samples/s vs a fresh "
                                    "baseline run; one pair, so the ratio carries one run's noise)")
@@ -181,21 +185,24 @@ def took() -> Changes:
 
 
 class StubRunner:
-    """Hands out one prepared run per call, in order (None: a run that saw no step), and notes each call as
-    (experiment name or None for a baseline, steps, warmup). Its runs look as if the change took: 2 loader
+    """Prepared runs given in pair order (baseline, change, baseline, change, ...; None: a run that saw no step),
+    handed out by side as the pairs ask (ABBA: the second pair's change runs before its baseline); notes each call
+    as (experiment name or None for a baseline, steps, warmup). Its runs look as if the change took: 2 loader
     workers, batches replayed."""
 
     def __init__(self, walls: list[list[float] | None], batch_size: int | None = 4):
-        self.runs = [Run([], "no training step seen in 20 s") if w is None else
-                     Run(steps := made_steps(w, batch_size), None,
-                         SimpleNamespace(records=steps, loader_workers=2, loader_pin_memory=None), took())
-                     for w in walls]
+        runs = [Run([], "no training step seen in 20 s") if w is None else
+                Run(steps := made_steps(w, batch_size), None,
+                    SimpleNamespace(records=steps, loader_workers=2, loader_pin_memory=None), took())
+                for w in walls]
+        self.baselines, self.changed = runs[0::2], runs[1::2]
         self.handed_out: list[Run] = []
         self.calls: list[tuple] = []
 
-    def __call__(self, target, args, is_module, experiment, steps, warmup, timeout_s) -> Run:
-        self.calls.append((None if experiment is None else experiment.name, steps, warmup))
-        self.handed_out.append(self.runs[len(self.handed_out)])
+    def __call__(self, script, settings, experiment=None) -> Run:
+        self.calls.append((None if experiment is None else experiment.name, settings.steps, settings.warmup))
+        queue = self.baselines if experiment is None else self.changed
+        self.handed_out.append(queue.pop(0))
         return self.handed_out[-1]
 
 
@@ -213,23 +220,27 @@ def test_each_change_is_paired_with_the_fresh_baseline_run_before_it_and_the_gai
     experiment = Experiment("input_bound", "replay", "a change", lambda changes: None, min_warmup=8,
                             check=lambda watcher, changes, base: seen.append(base))  # None: the change took
     runner = StubRunner(PAIRS)
-    trial = run_trial(experiment, "train.py", [], False, steps=5, warmup=2, repeats=3, runner=runner)
-    assert runner.calls == [(None, 5, 8), ("replay", 5, 8)] * 3  # alternating, both with the change's warm-up
-    assert seen == [runner.handed_out[0].records, runner.handed_out[2].records, runner.handed_out[4].records]
+    baselines = [run.records for run in runner.baselines]
+    trial = run_trial(experiment, Script("train.py"), WatchSettings(5, 2), repeats=3, runner=runner)
+    # ABBA, both sides with the change's warm-up; each change checked against its own pair's baseline
+    assert runner.calls == [(None, 5, 8), ("replay", 5, 8), ("replay", 5, 8), (None, 5, 8), (None, 5, 8),
+                            ("replay", 5, 8)]
+    assert seen == baselines
     assert trial.problem is None and trial.unit == "samples/s"
     assert [rate for pair in trial.rates for rate in pair] == pytest.approx([40.0, 80.0, 50.0, 200.0, 20.0, 50.0])
     assert trial.ratios == pytest.approx([2.0, 4.0, 2.5])
     assert trial.gain.measured == pytest.approx(2.5)
     assert trial.gain.how == ("a change: median of 3 pairs 2.50x (2.00–4.00), 5 steps each (samples/s, each pair a "
-                              "fresh baseline run then the change)")
+                              "fresh baseline run and the change, in ABBA order)")
 
 
 def test_two_pairs_take_the_mean_of_their_ratios_and_one_pair_says_it_has_no_repeats() -> None:
     experiment = Experiment("input_bound", "replay", "a change", lambda changes: None)
-    two = run_trial(experiment, "train.py", [], False, 5, 0, repeats=2, runner=StubRunner(PAIRS[:4]))
+    two = run_trial(experiment, Script("train.py"), WatchSettings(5, 0), repeats=2, runner=StubRunner(PAIRS[:4]))
     assert two.gain.measured == pytest.approx(3.0)  # (2.0 + 4.0) / 2
     assert "median of 2 pairs 3.00x (2.00–4.00)" in two.gain.how
-    one = run_trial(experiment, "train.py", [], False, 5, 0, repeats=1, runner=StubRunner([[0.1] * 5, [0.08] * 4]))
+    one = run_trial(experiment, Script("train.py"), WatchSettings(5, 0), repeats=1,
+                    runner=StubRunner([[0.1] * 5, [0.08] * 4]))
     assert one.gain.measured == pytest.approx(1.25)  # 16 samples / 0.32 s = 50/s against 20 / 0.5 s = 40/s
     assert one.gain.how == ("a change: 1 pair 1.25x, 4–5 steps per run (samples/s vs a fresh baseline run; one "
                             "pair, so the ratio carries one run's noise)")
@@ -237,30 +248,32 @@ def test_two_pairs_take_the_mean_of_their_ratios_and_one_pair_says_it_has_no_rep
 
 def test_without_batch_sizes_the_gain_is_in_steps_per_second() -> None:
     experiment = Experiment("input_bound", "replay", "a change", lambda changes: None)
-    trial = run_trial(experiment, "train.py", [], False, 5, 0, repeats=1, runner=StubRunner(PAIRS[:2], None))
+    trial = run_trial(experiment, Script("train.py"), WatchSettings(5, 0), repeats=1,
+                      runner=StubRunner(PAIRS[:2], None))
     assert trial.unit == "steps/s" and list(trial.rates[0]) == pytest.approx([10.0, 20.0])  # 5 steps in 0.5, 0.25 s
     assert "(steps/s" in trial.gain.how
-    doubled = run_trial(loader_experiment("small_batch", "double_batch", batch_factor=2), "train.py", [], False, 5,
-                        0, repeats=1, runner=StubRunner(PAIRS[:2], None))
+    doubled = run_trial(loader_experiment("small_batch", "double_batch", batch_factor=2), Script("train.py"),
+                        WatchSettings(5, 0), repeats=1, runner=StubRunner(PAIRS[:2], None))
     assert doubled.gain is None and doubled.problem.startswith("no DataLoader batch size was read")
 
 
 def test_a_failing_baseline_run_ends_the_trial_there() -> None:
     experiment = Experiment("input_bound", "replay", "a change", lambda changes: None)
     runner = StubRunner(PAIRS[:2] + [None] + PAIRS[3:])
-    trial = run_trial(experiment, "train.py", [], False, 5, 0, repeats=3, runner=runner)
-    assert trial.gain is None and trial.problem == "the baseline run before it: no training step seen in 20 s"
-    assert runner.calls == [(None, 5, 0), ("replay", 5, 0), (None, 5, 0)]  # nothing ran after the failure
+    trial = run_trial(experiment, Script("train.py"), WatchSettings(5, 0), repeats=3, runner=runner)
+    assert trial.gain is None and trial.problem == "the baseline run beside it: no training step seen in 20 s"
+    # ABBA: the second pair's change ran, then its baseline failed; nothing ran after the failure
+    assert runner.calls == [(None, 5, 0), ("replay", 5, 0), ("replay", 5, 0), (None, 5, 0)]
     with pytest.raises(ValueError, match="repeats must be at least 1"):
-        run_trial(experiment, "train.py", [], False, 5, 0, repeats=0, runner=runner)
+        run_trial(experiment, Script("train.py"), WatchSettings(5, 0), repeats=0, runner=runner)
 
 
 def test_the_experiments_run_their_own_pairs_and_not_against_the_first_run() -> None:
     report = Report(Verdict("input_bound", None, 0.5, 10, "cpu"),
                     [finding("input_bound", "high", {"loader_workers": 0, "suggested_workers": 2})])
     runner = StubRunner(PAIRS[:4] + PAIRS[2:6])  # replay: 2.0x, 4.0x; workers: 4.0x, 2.5x
-    findings, unmeasured = run_experiments("train.py", [], False, report, 5, 2, repeats=2, runner=runner)
-    assert [name for name, _, _ in runner.calls] == [None, "replay", None, "replay", None, "workers", None, "workers"]
+    findings, unmeasured = run_experiments(Script("train.py"), report, WatchSettings(5, 2), repeats=2, runner=runner)
+    assert [name for name, _, _ in runner.calls] == [None, "replay", "replay", None, None, "workers", "workers", None]
     assert total_runs(2, 2) == len(runner.calls) == 8
     gain = findings[0].gain
     # the headline is the recommended fix's (workers) median; the replay, listed first, is only the bound
@@ -287,8 +300,8 @@ def test_a_fix_without_an_experiment_is_measured_as_none_and_said_with_the_bound
     outside can test. The replay still runs, as the bound; `measured` is None and a note says why."""
     report = input_report({"loader_workers": 2, "suggested_workers": 2})
     runner = StubRunner(PAIRS[:4])
-    findings, unmeasured = run_experiments("train.py", [], False, report, 5, 2, repeats=2, runner=runner)
-    assert [name for name, _, _ in runner.calls] == [None, "replay", None, "replay"]
+    findings, unmeasured = run_experiments(Script("train.py"), report, WatchSettings(5, 2), repeats=2, runner=runner)
+    assert [name for name, _, _ in runner.calls] == [None, "replay", "replay", None]
     gain = findings[0].gain
     assert gain.measured is None and gain.bound == pytest.approx(3.0) and gain.change is None
     assert gain.to_json() == {"measured": None, "change": None, "range": None, "pairs": 0,
@@ -314,7 +327,7 @@ WIDE = [[0.1] * 5, [0.1] * 5, [0.1] * 5, [0.1 / 1.2] * 5, [0.1] * 5, [0.1 / 1.45
 def test_the_confidence_after_try_follows_the_spread_of_the_pairs() -> None:
     report = input_report({"loader_workers": 0, "suggested_workers": 2})
     runner = StubRunner([[0.1] * 5, [0.05] * 5] * 3 + WIDE)  # replay 2.0x thrice; workers 1.00, 1.20, 1.45
-    findings, _ = run_experiments("train.py", [], False, report, 5, 2, repeats=3, runner=runner)
+    findings, _ = run_experiments(Script("train.py"), report, WatchSettings(5, 2), repeats=3, runner=runner)
     gain = findings[0].gain
     assert (gain.measured, gain.low, gain.high) == (pytest.approx(1.2), pytest.approx(1.0), pytest.approx(1.45))
     assert findings[0].confidence == "low"  # (1.45 - 1.00) / 1.20 = 0.375 > SPREAD_MEDIUM
@@ -323,10 +336,10 @@ def test_the_confidence_after_try_follows_the_spread_of_the_pairs() -> None:
                                              "were free (the bound, not a fix): 2.00x")
     tight = StubRunner([[0.1] * 5, [0.05] * 5] * 3 + [[0.1] * 5, [0.05] * 5, [0.1] * 5, [0.1 / 2.1] * 5,
                                                       [0.1] * 5, [0.1 / 1.9] * 5])
-    findings, _ = run_experiments("train.py", [], False, report, 5, 2, repeats=3, runner=tight)
+    findings, _ = run_experiments(Script("train.py"), report, WatchSettings(5, 2), repeats=3, runner=tight)
     assert findings[0].confidence == "high"  # 1.9-2.1 about 2.0: a spread of 10%
     medium = input_report({"loader_workers": 0, "suggested_workers": 2}, confidence="medium")
-    findings, _ = run_experiments("train.py", [], False, medium, 5, 2, repeats=3, runner=StubRunner(
+    findings, _ = run_experiments(Script("train.py"), medium, WatchSettings(5, 2), repeats=3, runner=StubRunner(
         [[0.1] * 5, [0.05] * 5] * 3 + [[0.1] * 5, [0.05] * 5, [0.1] * 5, [0.1 / 2.1] * 5, [0.1] * 5, [0.1 / 1.9] * 5]))
     assert findings[0].confidence == "medium"  # never above the detection's own
 
@@ -437,3 +450,28 @@ def test_the_command_does_not_try_fixes_on_a_script_that_raises(capsys: pytest.C
 def test_repeats_below_one_is_wrong_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["doctor", "--try", "--repeats", "0", str(SCRIPTS / "input_bound.py")]) == 2
     assert "--repeats: must be at least 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timing
+def test_the_library_call_returns_the_report_the_command_prints(tried) -> None:
+    """`gpufeed.doctor.run` with --try's settings on the same script: the Report the command line printed and
+    wrote (the same findings, the same experiments measured, the same keys), from the library alone, with every
+    patch undone. Shares and gains are measurements of two runs, so only what does not depend on the load is
+    compared."""
+    import gpufeed.doctor
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the fixture's run (its docstring says why)
+    try:
+        report = gpufeed.doctor.run(str(SCRIPTS / "input_bound.py"), steps=10, warmup=2, try_fixes=True, repeats=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert patched_state() == tried.before
+    document = report.to_json()
+    assert set(document) == set(tried.document) - {"about"}
+    assert document["verdict"]["primary"] == tried.document["verdict"]["primary"] == "input_bound"
+    found = {f["kind"]: f for f in document["findings"]}["input_bound"]
+    printed = {f["kind"]: f for f in tried.document["findings"]}["input_bound"]
+    assert found["gain"]["change"] == printed["gain"]["change"] and found["gain"]["pairs"] == 1
+    assert found["gain"]["bound"] is not None and printed["gain"]["bound"] is not None

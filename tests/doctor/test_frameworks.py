@@ -33,6 +33,7 @@ from gpufeed.doctor.observe.hooks import Instrumentation
 from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.doctor.patching import AfterImport
+from gpufeed.doctor.runs.script import Script, WatchSettings
 from gpufeed.doctor.trials.plan import input_bound_experiments
 from gpufeed.doctor.trials.runs import run_once
 
@@ -175,7 +176,7 @@ def test_try_reaches_the_trainers_loader_through_dataloader_init_and_says_so(slo
     suggested = finding.evidence["suggested_workers"]
     assert reason is None and (f"as TrainingArguments(dataloader_num_workers={suggested}, "
                                f"dataloader_persistent_workers=True)") in workers.description
-    run = run_once("hf_trainer.py", [*SLOW, *NARROW["hf_trainer.py"]], False, workers, 3, 1, 60.0)
+    run = run_once(Script("hf_trainer.py", (*SLOW, *NARROW["hf_trainer.py"])), WatchSettings(3, 1), workers)
     assert run.problem is None and workers.check(run.watcher, run.changes, []) is None
     assert run.watcher.loader_workers == suggested  # the Trainer's loader ran with the change
     # the change went in through DataLoader.__init__: TrainingArguments stays as the script made it

@@ -196,6 +196,27 @@ def test_torchruns_banner_stays_off_the_doctors_terminal_and_the_note_says_the_t
            document["notes"]
 
 
+@pytest.mark.slow
+@pytest.mark.timing
+@pytest.mark.timeout(240)
+def test_the_library_call_on_two_ranks_returns_the_report_the_command_writes(straggler_job, monkeypatch) -> None:
+    """`gpufeed.doctor.run(..., nproc_per_node=2)` from this process: the same torchrun job as the command's, rank
+    0's report read back as a Report; the straggler is the same rank, found the same way."""
+    import gpufeed.doctor
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    report = gpufeed.doctor.run(str(SCRIPTS / "ddp_cases.py"), "slow_backward", nproc_per_node=2, steps=10,
+                                warmup=3, profile_steps=0, timeout_s=30)
+    _, document = straggler_job
+    library = report.to_json()
+    assert set(library) == set(document) - {"about"} and report.verdict.world_size == 2
+    straggler = {f["kind"]: f for f in library["findings"]}.get("straggler")
+    written = {f["kind"]: f for f in document["findings"]}["straggler"]
+    assert straggler is not None, library["findings"]
+    assert straggler["evidence"]["rank"] == written["evidence"]["rank"]
+    assert straggler["evidence"]["cause"] == written["evidence"]["cause"]
+
+
 @pytest.fixture(scope="module")
 def try_job(tmp_path_factory):
     """--try on the communication case, 4 watched steps a job and 1 pair an experiment: the diagnosis job, then a

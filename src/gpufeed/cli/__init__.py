@@ -10,7 +10,6 @@ Modules:
 - doctor_show.py: what the doctor prints on every path: verdict, findings with fixes and gains, rates, ranks, notes
 - doctor_ab.py: the doctor's A/B mode (--baseline, --baseline-args): pairs of processes, one comparison
 - doctor_ranks.py: the doctor on several ranks (--nproc-per-node N) through torch.distributed.run
-- doctor_ranks_try.py: --try on several ranks, each run its own torchrun job
 - compare.py: gpufeed compare, two saved results side by side, and --fail-if-slower for CI
 - bench.py: gpufeed bench, CPU against GPU against the hardware's peak
 - plan.py: gpufeed plan, what hardware a training needs and which GPU to buy or rent

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from gpufeed.cli.compare import add_gate_flags
 from gpufeed.cli.doctor_show import show, show_plan
@@ -89,64 +88,45 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
-def _try_fixes(args, target: str, script_args: list[str], report):
-    """The report with the measured gains and the reasons for the rest (`--try`)."""
-    from gpufeed.doctor.findings import invariants
-    from gpufeed.doctor.trials.plan import plan_experiments
-    from gpufeed.doctor.trials.runs import run_experiments
+def settings_of(args, profile_steps: int | None = None):
+    """How each run is watched, from the command line (doctor/runs/script.py's WatchSettings)."""
+    from gpufeed.doctor.runs.script import WatchSettings
 
-    planned, _ = plan_experiments(report)
-    show_plan(planned, args.repeats, args.steps)
-    findings, notes = run_experiments(target, script_args, args.module, report, args.steps, args.warmup,
-                                      args.timeout, args.repeats)
-    return invariants.checked(dataclasses.replace(report, findings=findings, notes=report.notes + notes))
+    return WatchSettings(args.steps, args.warmup, args.profile_steps if profile_steps is None else profile_steps,
+                         args.timeout)
 
 
 def run(args) -> int:
     from gpufeed.cli import doctor_ab, doctor_ranks
-    from gpufeed.doctor.findings.diagnose import diagnose, empty_report
-    from gpufeed.doctor.notes import Note
-    from gpufeed.doctor.observe.inject import check_target, run_script
-    from gpufeed.doctor.observe.watch import Watcher
+    from gpufeed.doctor.observe.inject import check_target
     from gpufeed.doctor.ranks.context import RankContext
+    from gpufeed.doctor.runs.script import Script
+    from gpufeed.doctor.session import doctor_script
 
     if doctor_ab.wanted(args):
-        return doctor_ab.run(args)
+        return doctor_ab.run(args, settings_of(args, profile_steps=0))
     if args.fail_if_slower is not None or args.markdown is not None:
         raise GpufeedError("--fail-if-slower and --markdown compare two runs: give the baseline with --baseline "
                            "SCRIPT or --baseline-args \"ARGS\" (or compare two saved results: gpufeed compare)")
     if args.nproc_per_node is not None and args.nproc_per_node > 1:
-        return doctor_ranks.launch(args)
+        return doctor_ranks.launch(args, settings_of(args))
     context = RankContext.from_environment()
     if context is not None:
-        return doctor_ranks.run_rank(args, context)
+        return doctor_ranks.run_rank(args, context, settings_of(args))
     if not args.command:
         raise GpufeedError("give the training script: gpufeed doctor SCRIPT [ARGS...] (or -m MODULE [ARGS...])")
-    target, script_args = args.command[0], args.command[1:]
-    check_target(target, args.module)
-    check_output_paths(args, inputs=() if args.module else (target,))
+    script = Script.from_words(args.command, args.module)
+    check_target(script.target, script.is_module)
+    check_output_paths(args, inputs=() if script.is_module else (script.target,))
     if args.json == "-":
         error_console.print("warning: --json - mixes the report with the script's own standard output")
-    error_console.print(f"gpufeed doctor: running {'-m ' if args.module else ''}{target}; watching {args.steps} "
-                        f"steps after {args.warmup} warm-up steps; stopping after {args.timeout:g} s without a step")
-    watcher = Watcher(steps=args.steps, warmup=args.warmup, profile_steps=args.profile_steps)
-    outcome = run_script(target, script_args, args.module, watcher, timeout_s=args.timeout)
-    problem = outcome.problem
-    incomplete = Note("run", f"watch incomplete: {problem}") if problem and outcome.error is None else None
-    notes = [incomplete] if incomplete else []
-    records = watcher.records
-    report = diagnose(watcher.observe(outcome.error, notes)) if records else None
-    if args.try_fixes and report is not None and outcome.error is None and not outcome.timed_out:
-        report = _try_fixes(args, target, script_args, report)
-    elif args.try_fixes:
-        why = ("the script raised; fix that first" if outcome.error is not None else
-               "no watched step to compare with" if report is None else "the first run stalled")
-        notes.append(Note("unmeasured", f"verified fixes (--try): not tried, {why}"))
-        if report is not None:
-            report = dataclasses.replace(report, notes=report.notes + notes[-1:])
+    error_console.print(f"gpufeed doctor: running {'-m ' if args.module else ''}{script.target}; watching "
+                        f"{args.steps} steps after {args.warmup} warm-up steps; stopping after {args.timeout:g} s "
+                        f"without a step")
+    session = doctor_script(script, settings_of(args), args.try_fixes, args.repeats,
+                            on_plan=lambda planned: show_plan(planned, args.repeats, args.steps))
     if args.json != "-":
-        show(report, watcher, problem, notes if report is None else [], shown=incomplete)
-    if report is None:
-        report = empty_report(watcher.observe(outcome.error, notes))
-    emit_document(report.to_json(), "doctor", args)
-    return 1 if outcome.error is not None or outcome.timed_out or not records else 0
+        show(session.report if session.watched else None, session.batch_from_loader, session.problem,
+             [] if session.watched else list(session.notes), shown=session.incomplete)
+    emit_document(session.report.to_json(), "doctor", args)
+    return 1 if session.failed else 0

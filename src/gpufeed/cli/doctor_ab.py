@@ -1,5 +1,5 @@
 """gpufeed doctor's A/B mode: `--baseline SCRIPT` and/or `--baseline-args "ARGS"` run a baseline and the new
-script alternately in pairs, each in its own process, and write one comparison (compare/pairs.py)."""
+script alternately in pairs, each in its own process, and write one comparison (compare/pairs.py's `run_ab`)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def wanted(args) -> bool:
 def sides(args):
     """(BASE, NEW) from the command line: the baseline is `--baseline` (else the same script) with
     `--baseline-args` (else the same arguments); the two must differ."""
-    from gpufeed.compare.pairs import Side
     from gpufeed.doctor.observe.inject import check_target
+    from gpufeed.doctor.runs.script import Script
 
     if not args.command:
         raise GpufeedError("give the new training script after the flags: gpufeed doctor --baseline OLD.py NEW.py "
@@ -30,31 +30,32 @@ def sides(args):
         baseline_args = tuple(shlex.split(args.baseline_args)) if args.baseline_args is not None else script_args
     except ValueError as error:
         raise GpufeedError(f"--baseline-args {args.baseline_args!r}: {error}; quote it as a shell would") from None
-    base, new = Side(baseline, baseline_args, args.module), Side(target, script_args, args.module)
+    base, new = Script(baseline, baseline_args, args.module), Script(target, script_args, args.module)
     if base == new:
         raise GpufeedError("--baseline and --baseline-args give the same command as the new one: name another "
                            "script (--baseline ../main/train.py) or other arguments (--baseline-args \"...\")")
     return base, new
 
 
-def run(args) -> int:
+def run(args, settings) -> int:
     from gpufeed.cli.compare import finish
-    from gpufeed.compare.pairs import Watch, order, run_pairs
+    from gpufeed.compare.pairs import run_ab
+    from gpufeed.doctor.runs.pairs import planned_runs
 
     if args.try_fixes:
         raise GpufeedError("--try and --baseline are two modes: measure the fixes first (--try), then compare the "
                            "fixed script with --baseline")
     base, new = sides(args)
-    inputs = tuple(side.target for side in (base, new) if not side.is_module)
+    inputs = tuple(script.target for script in (base, new) if not script.is_module)
     check_output_paths(args, inputs=inputs)
-    runs = len(order(args.pairs))
+    runs = len(planned_runs(args.pairs, warm_up=True))
     error_console.print(f"gpufeed doctor: A/B, {args.pairs} pair{'s' * (args.pairs != 1)} of runs (BASE: "
-                        f"{' '.join(base.words())}; NEW: {' '.join(new.words())}), {runs} runs of {args.warmup} + "
+                        f"{base.named()}; NEW: {new.named()}), {runs} runs of {args.warmup} + "
                         f"{args.steps} steps, each in its own process")
 
     def progress(done: int, total: int, what: str) -> None:
         error_console.print(f"  run {done + 1}/{total}: {what}")
 
-    watch = Watch(args.steps, args.warmup, args.timeout, args.nproc_per_node)
-    comparison, _, _ = run_pairs(base, new, args.pairs, watch, on_run=progress)
+    comparison, _, _ = run_ab(base, new, args.pairs, settings, args.nproc_per_node,
+                              on_run=progress)
     return finish(comparison, args)

@@ -32,9 +32,10 @@ def _findings_table(report) -> Table:
     return table
 
 
-def show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
+def show(report, batch_from_loader: bool, problem: str | None, notes: list, shown=None) -> None:
     """The verdict, the findings with their fixes and gains, the rates and the notes; `shown`, a note already
-    printed (the incomplete watch, in bold)."""
+    printed (the incomplete watch, in bold); `batch_from_loader`: the batch size was read from the loader (else from
+    the model's input)."""
     verdict = report.verdict if report is not None else None
     if verdict is not None:
         busy = "NA" if verdict.device_busy is None else f"{verdict.device_busy:.0%}"
@@ -56,7 +57,7 @@ def show(report, watcher, problem: str | None, notes: list, shown=None) -> None:
             console.print(Text("    " + finding.snippet.replace("\n", "\n    ")))
     show_gains(report)
     console.print(Text(f"{rates_sentence(report.to_json())} (batch size from "
-                       f"{'the loader' if watcher.seen.get('batches') else 'the model input'})"))
+                       f"{'the loader' if batch_from_loader else 'the model input'})"))
     show_notes(report.notes, shown)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from gpufeed.compare.figures import Series
 from gpufeed.compare.model import Figure
-from gpufeed.compare.statistics import Samples
+from gpufeed.measure.difference import Samples
 
 
 def _samples(entry: dict, scale: float = 1000.0) -> Samples:

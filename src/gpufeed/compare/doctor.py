@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufeed.compare.figures import Series
-from gpufeed.compare.statistics import Samples
+from gpufeed.measure.difference import Samples
 
 PARTS = (("data_wait", "data wait", "data_wait_s"), ("copies", "copies", "copy_s"), ("syncs", "syncs", "sync_s"),
          ("forward", "forward", "forward_s"), ("backward", "backward", "backward_s"),

@@ -8,8 +8,8 @@ from gpufeed.compare import bench, conditions, doctor, train
 from gpufeed.compare.figures import Series, document_figures
 from gpufeed.compare.headline import headline, parts_phrase, per_sample_phrase
 from gpufeed.compare.model import Comparison, Figure, FindingChange
-from gpufeed.compare.statistics import RESAMPLES, block_steps
 from gpufeed.errors import ConfigError
+from gpufeed.measure.difference import RESAMPLES, block_steps
 from gpufeed.report.document import load_document
 
 COMMANDS = ("doctor", "train", "bench")

@@ -1,13 +1,13 @@
 """From each run's series of samples to the figures of a comparison: matched by key, valued, and judged real or
-not (statistics.py), the same way for every command."""
+not by the one engine (measure/difference.py), the same way for every command and for the doctor's pairs."""
 
 from __future__ import annotations
 
 import statistics as stats
 from dataclasses import dataclass
 
-from gpufeed.compare.model import MIN_CHANGE, Figure
-from gpufeed.compare.statistics import Interval, Samples, bootstrap_interval, pairs_interval
+from gpufeed.compare.model import Figure
+from gpufeed.measure.difference import Samples, bootstrap_interval, is_real, pairs_interval
 
 
 @dataclass(frozen=True)
@@ -22,12 +22,6 @@ class Series:
     lower_is_better: bool
     samples: Samples
     within_step: bool = False
-
-
-def _real(interval: Interval | None, difference: float | None, reference: float | None) -> bool | None:
-    if interval is None or difference is None:
-        return None
-    return interval.excludes_zero and (reference is None or bool(abs(difference) >= MIN_CHANGE * abs(reference)))
 
 
 def _matched(base: list[Series], new: list[Series]) -> list[tuple[Series | None, Series | None]]:
@@ -56,10 +50,8 @@ def document_figures(base: list[Series], new: list[Series], step_ms: float | Non
         new_value = second.samples.value() if second else None
         interval = (bootstrap_interval(first.samples, second.samples) if bootstrap and first and second
                     and base_value is not None and new_value is not None else None)
-        difference = None if base_value is None or new_value is None else new_value - base_value
-        reference = step_ms if shown.within_step else base_value
         figures.append(Figure(shown.key, shown.name, shown.unit, shown.level, shown.lower_is_better, base_value,
-                              new_value, interval, _real(interval, difference, reference)))
+                              new_value, interval, is_real(interval, step_ms if shown.within_step else None)))
     return figures
 
 
@@ -89,8 +81,6 @@ def pair_figures(base_runs: list[list[Series]], new_runs: list[list[Series]], st
         differences = [n - b for b, n in pairs]
         ratios = [n / b - 1.0 for b, n in pairs if b]
         interval = pairs_interval(differences, ratios if len(ratios) == len(differences) else [])
-        difference = None if base_value is None or new_value is None else new_value - base_value
-        reference = step_ms if shown.within_step else base_value
         figures.append(Figure(shown.key, shown.name, shown.unit, shown.level, shown.lower_is_better, base_value,
-                              new_value, interval, _real(interval, difference, reference)))
+                              new_value, interval, is_real(interval, step_ms if shown.within_step else None)))
     return figures

@@ -6,18 +6,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from gpufeed.compare.statistics import Interval
-
-# gpufeed's choice: a change smaller than 1% of BASE's step (or of the figure itself, for rates) is "no change"
-# even when the runs tell it apart: a headline should not name a part that moved by a rounding error.
-MIN_CHANGE = 0.01
+from gpufeed.measure.difference import Interval
 
 
 @dataclass(frozen=True)
 class Figure:
     """One figure of both runs. `level` 0 is a figure of the whole step (or run), 1 a part inside the level-0
     figure above it (getitem inside data wait). `interval` is the 95% interval of NEW - BASE (None: not
-    computed, `real` is then None too); `real`: the interval excludes 0 and the change reaches MIN_CHANGE."""
+    computed, `real` is then None too); `real`: measure/difference.py's rule (the interval clear of MIN_CHANGE
+    on one side)."""
 
     key: str  # "data_wait", "getitem", "samples_per_s", "kernel matmul cpu fp32 512 x 512 x 512"
     name: str  # in words: "data wait"

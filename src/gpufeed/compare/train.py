@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpufeed.compare.figures import Series
-from gpufeed.compare.statistics import Samples
+from gpufeed.measure.difference import Samples
 
 
 def _one(value) -> Samples:

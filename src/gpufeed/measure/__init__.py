@@ -8,5 +8,7 @@ Modules:
 - steps.py: StepRecord, where a watched step's time went, and HostSample, one background reading
 - thresholds.py: DEVICE_BUSY_ENOUGH, the busy share that train's verdict and the doctor both judge by
 - quiet.py: holds back kineto's profiler start and stop lines on standard error
+- difference.py: whether a difference between two runs is real: the block bootstrap of two saved runs' steps, the
+  range of pairs made in ABBA order, MIN_CHANGE and the one rule (compare, A/B, --try)
 - transformer_flops.py: a dense transformer's training FLOPs per token, 6N + 12·L·h·s (PaLM appendix B)
 """

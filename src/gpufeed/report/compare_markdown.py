@@ -17,13 +17,13 @@ def cell(value: float | None, unit: str) -> str:
 
 def judged(figure: dict) -> str:
     """The figure's verdict in a word or two: worse, better, no change (its interval holds 0), no change (under
-    1%) (told apart from 0 but smaller than compare's MIN_CHANGE: 1% of BASE's step, or of the figure), not judged
-    (no interval: one value a run, or a run without per-step samples)."""
+    1%) (told apart from 0 but not clear of MIN_CHANGE, 1% of BASE's step or of the figure: measure/difference.py's
+    rule), not judged (no interval: one value a run, or a run without per-step samples)."""
     if figure["real"] is None:
         return "not judged"
     if not figure["real"]:
         interval = figure["interval"]
-        if interval and (interval[0] > 0 or interval[1] < 0):  # told apart, but under MIN_CHANGE
+        if interval and (interval[0] > 0 or interval[1] < 0):  # told apart, but not clear of MIN_CHANGE
             return "no change (under 1%)"
         return "no change"
     worse = figure["difference"] > 0 if figure["lower_is_better"] else figure["difference"] < 0

@@ -9,10 +9,10 @@ constants with their source; "gpufeed's choice" marks those no published tool fi
 
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.report import Finding
+from gpufeed.measure.difference import PairedRatios
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
@@ -42,15 +42,14 @@ def confidence(supporting: int, high_at: int = CONFIDENT_STEPS, medium_at: int =
 
 
 def spread_confidence(ratios: list[float]) -> str:
-    """How far a measured gain can be trusted from its pairs' ratios: "low" for one pair (no spread to judge) or
-    pairs that disagree on whether the change helped (some below 1, some above); else by the spread
-    (max - min) / median against SPREAD_HIGH and SPREAD_MEDIUM. A 1.00-1.45x range about 1.2 is "low"."""
-    if len(ratios) < 2:
+    """How far a measured gain can be trusted from its pairs' ratios: "low" when measure/difference.py's rule does
+    not call the change real (one pair, no spread to judge by; or a range of ratios not clear of MIN_CHANGE on one
+    side, such as pairs that disagree on whether the change helped); else by the spread (max - min) / median
+    against SPREAD_HIGH and SPREAD_MEDIUM. A 1.00-1.45x range about 1.2 is "low"."""
+    paired = PairedRatios(tuple(ratios))
+    if len(ratios) < 2 or not paired.real:
         return "low"
-    low, high = min(ratios), max(ratios)
-    if low < 1.0 < high:
-        return "low"
-    spread = round((high - low) / statistics.median(ratios), 12)  # 2.1 - 1.9 is 0.20000000000000018
+    spread = round((paired.high - paired.low) / paired.median, 12)  # 2.1 - 1.9 is 0.20000000000000018
     return "high" if spread <= SPREAD_HIGH else "medium" if spread <= SPREAD_MEDIUM else "low"
 
 

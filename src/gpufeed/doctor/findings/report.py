@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from gpufeed.doctor.notes import Note
+from gpufeed.measure.difference import WORDS, judged_ratios
 
 SEVERITIES = ("high", "medium", "low", "info")
 # the vocabulary, in its order (detection, ties for the primary kind); findings/__init__.py's FINDINGS holds a
@@ -46,16 +47,18 @@ class Gain:
 
 def gain_headline(gain: dict) -> str:
     """A finding's JSON `gain` in a line, the recommended fix first: "DataLoader(num_workers=2, ...): 2.07x
-    (2.05–2.07 over 3 pairs); if input were free (the bound, not a fix): 82.46x". A fix not measured says so."""
+    (2.05–2.07 over 3 pairs); if input were free (the bound, not a fix): 82.46x". A fix not measured says so; one
+    whose pairs measure/difference.py does not call real says "not told apart from no change"."""
     measured, spread, pairs = gain.get("measured"), gain.get("range"), gain.get("pairs") or 0
     if measured is None:
         parts = ["the recommended fix was not measured (why: under \"not measured\")"]
     else:
         detail = (f" ({spread[0]:.2f}–{spread[1]:.2f} over {pairs} pairs)" if spread and pairs > 1
                   else " (1 pair)" if pairs == 1 else "")
-        if spread and spread[0] <= 1.0 <= spread[1]:
-            detail += ", not told apart from no change"
-        elif spread and spread[1] < 1.0:
+        real = judged_ratios(spread[0], spread[1], pairs) if spread else None
+        if real is False:
+            detail += f", {WORDS[False]}"
+        elif real and measured < 1.0:
             detail += ", slower"
         parts = [f"{gain.get('change') or 'the change'}: {measured:.2f}x{detail}"]
     if gain.get("bound") is not None:

@@ -7,7 +7,7 @@ do through files, since a process group is never made twice in one process).
 - `job_report`: rank 0's report of the job from every rank's record (context.py's `with_ranks`, then diagnose);
   `save_for_launcher` writes it to REPORT_VARIABLE's path, where the launcher's --try reads it back.
 - --try: `diagnosis_job` runs the first job and reads its report; `trial_jobs` runs each experiment's pairs of a
-  baseline job and a changed job (`JobRunner`, trials/runs.py's Runner), compared on rank 0's watched steps as in
+  baseline job and a changed job (`JobRunner`, doctor/runs/runner.py's Runner), compared on rank 0's watched steps as in
   one process. Each rank of a changed job reads its part from TRIAL_VARIABLE's file (`trial_from_environment`),
   makes the experiment again from its finding (`trial_experiment`), checks its change took, and rank 0 writes its
   watched steps and the first problem of any rank (`write_trial_result`).
@@ -26,22 +26,34 @@ from gpufeed.doctor.findings.diagnose import diagnose, empty_report
 from gpufeed.doctor.findings.report import Finding, Report
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.ranks.context import launcher_arguments, rank_problems, with_ranks
+from gpufeed.doctor.runs.runner import Run
+from gpufeed.doctor.runs.script import Script, WatchSettings
 
 TRIAL_VARIABLE = "GPUFEED_DOCTOR_TRIAL"  # a JSON file: {"experiment": null or its kind, name, finding; "result": path}
 REPORT_VARIABLE = "GPUFEED_DOCTOR_REPORT"  # rank 0 also writes the report's JSON to this path
 
 
-def rank_words(args, steps: int | None = None, warmup: int | None = None, trial: bool = False) -> list[str]:
+@dataclass(frozen=True)
+class RankJob:
+    """A torchrun job of the doctor: the script, how each rank watches it, the ranks on this machine, and the
+    flags each rank's `gpufeed doctor` gets besides (`output_words`: the command line's --json/--html, which rank 0
+    writes)."""
+
+    script: Script
+    settings: WatchSettings
+    nproc_per_node: int
+    output_words: tuple[str, ...] = ()
+
+
+def rank_words(job: RankJob, settings: WatchSettings | None = None, trial: bool = False) -> list[str]:
     """The doctor's options and SCRIPT ARGS for each rank (--nproc-per-node and --try left out); a `trial` run
     profiles nothing and writes no --json or --html (the launcher writes the report)."""
-    words = ["--steps", str(steps or args.steps), "--warmup", str(args.warmup if warmup is None else warmup),
-             "--profile-steps", "0" if trial else str(args.profile_steps), "--timeout", f"{args.timeout:g}"]
-    for flag in ("json", "html"):
-        if getattr(args, flag) is not None and not trial:
-            words += [f"--{flag}", getattr(args, flag)]
-    if args.module:
-        words.append("-m")
-    return words + list(args.command)
+    settings = settings or job.settings
+    words = ["--steps", str(settings.steps), "--warmup", str(settings.warmup),
+             "--profile-steps", "0" if trial else str(settings.profile_steps), "--timeout", f"{settings.timeout_s:g}"]
+    if not trial:
+        words += list(job.output_words)
+    return words + job.script.words()
 
 
 def run_job(words: list[str], nproc: int) -> list[int]:
@@ -89,6 +101,7 @@ class JobReport:
     watched: bool  # some step was watched (else `report` is empty_report's)
     notes: tuple[Note, ...]  # the Observation's notes, in order
     incomplete: Note | None  # rank 0's own incomplete watch (printed in bold)
+    batch_from_loader: bool = False  # rank 0 read the batch size from its loader (else from the model's input)
 
 
 def job_report(watcher, world_size: int, records: list[dict], missing: list[str], problem: str | None,
@@ -104,7 +117,7 @@ def job_report(watcher, world_size: int, records: list[dict], missing: list[str]
         seen = dataclasses.replace(seen, script_error=others[0])
     report = diagnose(seen) if seen.steps else empty_report(seen)
     report.timeline["ranks"] = [{"rank": r["rank"], "steps": r["steps"]} for r in records]
-    return JobReport(report, bool(seen.steps), seen.notes, incomplete)
+    return JobReport(report, bool(seen.steps), seen.notes, incomplete, bool(watcher.seen.get("batches")))
 
 
 def threads_note(threads: int | None, world_size: int) -> Note:
@@ -134,12 +147,13 @@ def write_trial_result(trial: dict, watcher, problem: str | None) -> None:
 # --- --try on several ranks ----------------------------------------------------------------------------------
 
 
-def diagnosis_job(args, folder: Path) -> Report | None:
-    """The first job of --try (its report printed by rank 0 as usual), read back; None when it failed."""
+def diagnosis_job(job: RankJob, folder: Path) -> Report | None:
+    """The first job of --try, or the library's run on several ranks (its report printed by rank 0 as usual), read
+    back; None when it failed."""
     side = folder / "diagnosis.json"
     os.environ[REPORT_VARIABLE] = str(side)
     try:
-        failed = run_job(rank_words(args), args.nproc_per_node)
+        failed = run_job(rank_words(job), job.nproc_per_node)
     finally:
         os.environ.pop(REPORT_VARIABLE, None)
     if failed or not side.exists():
@@ -152,24 +166,22 @@ def checked_in_the_ranks(watcher, changes, baseline) -> None:
     return None
 
 
-def trial_jobs(args, report: Report, planned: list, folder: Path) -> list:
+def trial_jobs(job: RankJob, report: Report, planned: list, folder: Path, repeats: int) -> list:
     """trials/runs.py's trial of each planned experiment, each run of the script its own job."""
     from gpufeed.doctor.trials.runs import run_trial
 
-    runner = JobRunner(args, report, folder)
-    return [run_trial(dataclasses.replace(experiment, check=checked_in_the_ranks), args.command[0],
-                      args.command[1:], args.module, args.steps, args.warmup, args.timeout, args.repeats, runner)
-            for experiment in planned]
+    runner = JobRunner(job, report, folder)
+    return [run_trial(dataclasses.replace(experiment, check=checked_in_the_ranks), job.script, job.settings,
+                      repeats, runner) for experiment in planned]
 
 
 class JobRunner:
-    """trials/runs.py's Runner for several ranks: one torchrun job per run, rank 0's watched steps back."""
+    """The Runner of a torchrun job (doctor/runs/runner.py): one job per run, rank 0's watched steps back."""
 
-    def __init__(self, args, report: Report, folder: Path):
-        self.args, self.report, self.folder, self.runs = args, report, folder, 0
+    def __init__(self, job: RankJob, report: Report, folder: Path):
+        self.job, self.report, self.folder, self.runs = job, report, folder, 0
 
-    def __call__(self, target, script_args, is_module, experiment, steps, warmup, timeout_s):
-        from gpufeed.doctor.trials.runs import Run
+    def __call__(self, script: Script, settings: WatchSettings, experiment=None) -> Run:
         from gpufeed.measure.steps import StepRecord
 
         self.runs += 1
@@ -182,7 +194,8 @@ class JobRunner:
         write_text_atomic(spec, json.dumps({"experiment": chosen, "result": str(result)}))
         os.environ[TRIAL_VARIABLE] = str(spec)
         try:
-            failed = run_job(rank_words(self.args, steps, warmup, trial=True), self.args.nproc_per_node)
+            job = dataclasses.replace(self.job, script=script)
+            failed = run_job(rank_words(job, settings, trial=True), job.nproc_per_node)
         finally:
             os.environ.pop(TRIAL_VARIABLE, None)
         if not result.exists():

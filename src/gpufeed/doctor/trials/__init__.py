@@ -5,5 +5,6 @@ observe/ (each run is watched) and findings/ (the plan reads the report's findin
   autocast) and their checks that the change took
 - async_item.py: the async_item experiment for sync_stall (CUDA), .item() without the wait
 - plan.py: which experiments test each kind's fix (a function per kind that has one), plan_experiments
-- runs.py: pairs of a fresh baseline and the changed run, the median gain and its range, the findings' gains
+- runs.py: run_once (this process's Runner), an experiment's pairs in ABBA order (runs/pairs.py), the median gain,
+  its range and whether it is real (measure/difference.py), the findings' gains
 """

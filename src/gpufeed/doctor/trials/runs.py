@@ -7,14 +7,16 @@ samples/s = sum of batch sizes / sum of wall time over its watched steps (steps/
 some run of the experiment; the ratio is the same while the batch is).
 
 Repeats: runs of the same script in one process differ by several percent (the machine, the allocator, the page
-cache), so one ratio carries one run's noise. Each experiment runs `repeats` pairs, a fresh baseline run (no
-change, the same warm-up) then the changed run, alternating: baseline, change, baseline, change, ... The gain is the
-median of the per-pair ratios (changed rate / baseline rate); its text gives the median, the min–max, the pairs and
-the steps per run. A finding's `gain.measured` is the gain of the change it recommends (an experiment of role
-"fix"); a bound (role "bound": the replay) is `gain.bound`, never the headline; the finding's confidence after
---try is at most what the spread of the headline's pairs allows (grading.spread_confidence). The first
-(diagnosis) run is not reused as a baseline: it ran cold (first imports, the first CUDA context and kernels, cold
-file caches), so a ratio against it would credit the change with the warming up.
+cache), so one ratio carries one run's noise. Each experiment runs `repeats` pairs of a fresh baseline run (no
+change, the same warm-up) and the changed run, in ABBA order (doctor/runs/pairs.py, as the A/B mode runs its
+pairs): baseline, change, change, baseline, ... The gain is the median of the per-pair ratios (changed rate /
+baseline rate); its text gives the median, the min–max, the pairs and the steps per run; whether it is real is
+measure/difference.py's rule on the range of the ratios (one pair: not judged), as for every paired judgement. A
+finding's `gain.measured` is the gain of the change it recommends (an experiment of role "fix"); a bound (role
+"bound": the replay) is `gain.bound`, never the headline; the finding's confidence after --try is at most what the
+spread of the headline's pairs allows (grading.spread_confidence). The first (diagnosis) run is not reused as a
+baseline: it ran cold (first imports, the first CUDA context and kernels, cold file caches), so a ratio against it
+would credit the change with the warming up.
 
 Time: after the diagnosis run, 2 x repeats runs per experiment (`total_runs`); with plan.py's
 MAX_EXPERIMENTS (3) and the default REPEATS that is 18 more runs of (warm-up + steps) steps each, plus each run's
@@ -27,9 +29,7 @@ experiment with a line in `unmeasured`, never an exception.
 from __future__ import annotations
 
 import dataclasses
-import statistics
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpufeed.doctor.findings.grading import lower_confidence, spread_confidence
 from gpufeed.doctor.findings.invariants import BEYOND_SHARE, gain_allowed
@@ -37,38 +37,26 @@ from gpufeed.doctor.findings.report import Finding, Gain, Report
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observe.inject import describe_exception, run_script
 from gpufeed.doctor.observe.watch import Watcher
+from gpufeed.doctor.runs.pairs import run_pairs
+from gpufeed.doctor.runs.runner import Run, Runner
+from gpufeed.doctor.runs.script import Script, WatchSettings
 from gpufeed.doctor.trials.changes import Changes, Experiment
 from gpufeed.doctor.trials.plan import plan_experiments
+from gpufeed.measure.difference import PairedRatios
 from gpufeed.measure.steps import StepRecord
 
 # gpufeed's choice: three pairs give a median and a range; the command's --repeats changes it (1 allowed).
 REPEATS = 3
 
 
-@dataclass
-class Run:
-    """One run of the script: its watched steps, why they cannot be compared (None: they can), and the watcher
-    and changes of the run (what an experiment's check reads)."""
-
-    records: list[StepRecord]
-    problem: str | None = None
-    watcher: Watcher | None = None
-    changes: Changes = field(default_factory=Changes)
-
-
-# what runs the script once: (target, args, is_module, experiment or None for a baseline, steps, warmup, timeout_s)
-Runner = Callable[[str, list[str], bool, "Experiment | None", int, int, float], Run]
-
-
-def run_once(target: str, args: list[str], is_module: bool, experiment: Experiment | None, steps: int,
-             warmup: int, timeout_s: float) -> Run:
-    """Run the script with `experiment`'s change (none: a baseline run); every patch is restored after. Only the
-    watched steps' rates are compared, so the run profiles nothing after them (profile_steps=0)."""
-    watcher, changes = Watcher(steps=steps, warmup=warmup, profile_steps=0), Changes()
+def run_once(script: Script, settings: WatchSettings, experiment: Experiment | None = None) -> Run:
+    """The Runner of this process: run the script with `experiment`'s change (none: a baseline run); every patch
+    is restored after. Only the watched steps' rates are compared, so the run profiles nothing after them."""
+    watcher, changes = Watcher(steps=settings.steps, warmup=settings.warmup, profile_steps=0), Changes()
     try:
         if experiment is not None:
             experiment.install(changes)
-        outcome = run_script(target, list(args), is_module, watcher, timeout_s=timeout_s)
+        outcome = run_script(script.target, list(script.args), script.is_module, watcher, timeout_s=settings.timeout_s)
     finally:
         changes.restore()
     records = watcher.records
@@ -104,9 +92,10 @@ def gain_text(description: str, ratios: list[float], step_counts: list[int], uni
     if len(ratios) == 1:
         return f"{description}: 1 pair {ratios[0]:.2f}x, {steps} ({unit} vs a fresh baseline run; one pair, so " \
                f"the ratio carries one run's noise)"
-    return (f"{description}: median of {len(ratios)} pairs {statistics.median(ratios):.2f}x "
-            f"({min(ratios):.2f}–{max(ratios):.2f}), {steps} ({unit}, each pair a fresh baseline run then the "
-            f"change)")
+    paired = PairedRatios(tuple(ratios))
+    return (f"{description}: median of {len(ratios)} pairs {paired.median:.2f}x "
+            f"({paired.low:.2f}–{paired.high:.2f}), {steps} ({unit}, each pair a fresh baseline run and the "
+            f"change, in ABBA order)")
 
 
 def compare(experiment: Experiment, pairs: list[tuple[list[StepRecord], list[StepRecord]]]) -> Trial:
@@ -121,30 +110,27 @@ def compare(experiment: Experiment, pairs: list[tuple[list[StepRecord], list[Ste
     rates = tuple((_rate(baseline, samples), _rate(changed, samples)) for baseline, changed in pairs)
     ratios = [changed / baseline for baseline, changed in rates]
     how = gain_text(experiment.description, ratios, [len(records) for records in runs], unit)
-    gain = Gain(statistics.median(ratios), how, experiment.description, min(ratios), max(ratios), len(ratios))
+    paired = PairedRatios(tuple(ratios))
+    gain = Gain(paired.median, how, experiment.description, paired.low, paired.high, len(ratios))
     return Trial(experiment, gain, rates, unit)
 
 
-def run_trial(experiment: Experiment, target: str, args: list[str], is_module: bool, steps: int, warmup: int,
-              timeout_s: float = 60.0, repeats: int = REPEATS, runner: Runner = run_once) -> Trial:
-    """`repeats` pairs of runs, each a fresh baseline run then a run with `experiment`'s change, both with the same
-    warm-up, compared by `compare`. The first failing run ends the trial: its reason is the Trial's `problem`,
-    never an exception (a KeyboardInterrupt passes through); every patch is restored either way."""
+def run_trial(experiment: Experiment, script: Script, settings: WatchSettings, repeats: int = REPEATS,
+              runner: Runner = run_once) -> Trial:
+    """`repeats` pairs of a fresh baseline run and a run with `experiment`'s change, in ABBA order, both with the
+    same warm-up (at least the change's own), compared by `compare`. Each pair's change is checked against the
+    pair's baseline. The first failing run ends the trial: its reason is the Trial's `problem`, never an exception
+    (a KeyboardInterrupt passes through); every patch is restored either way."""
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
-    warmup = max(warmup, experiment.min_warmup)
-    pairs = []
+    settings = dataclasses.replace(settings, warmup=max(settings.warmup, experiment.min_warmup), profile_steps=0)
     try:
-        for _ in range(repeats):
-            baseline = runner(target, args, is_module, None, steps, warmup, timeout_s)
-            if baseline.problem is not None:
-                return Trial(experiment, None, problem=f"the baseline run before it: {baseline.problem}")
-            changed = runner(target, args, is_module, experiment, steps, warmup, timeout_s)
-            problem = changed.problem or experiment.check(changed.watcher, changed.changes, baseline.records)
-            if problem is not None:
-                return Trial(experiment, None, problem=problem)
-            pairs.append((baseline.records, changed.records))
-        return compare(experiment, pairs)
+        done = run_pairs(lambda side: runner(script, settings, experiment if side == "new" else None), repeats,
+                         check=lambda base, new: experiment.check(new.watcher, new.changes, base.records))
+        if done.problem is not None:
+            prefix = "the baseline run beside it: " if done.failed == "base" else ""
+            return Trial(experiment, None, problem=prefix + done.problem)
+        return compare(experiment, [(base.records, new.records) for base, new in done.runs])
     except Exception as error:  # our change or the comparison broke: a line in the report, not a crash
         return Trial(experiment, None, problem=f"the experiment failed: {describe_exception(error)}")
 
@@ -175,16 +161,14 @@ def tried_confidence(finding: Finding, trials: list[Trial]) -> str:
     return lower_confidence(finding.confidence, spread_confidence(headline.ratios))
 
 
-def run_experiments(target: str, args: list[str], is_module: bool, baseline: Report, steps: int, warmup: int,
-                    timeout_s: float = 60.0, repeats: int = REPEATS,
+def run_experiments(script: Script, baseline: Report, settings: WatchSettings, repeats: int = REPEATS,
                     runner: Runner = run_once) -> tuple[list[Finding], list[Note]]:
     """The findings of `baseline` (the diagnosis run's report), copies with `gain` and `confidence` set where an
     experiment measured something (`finding_gain`, `tried_confidence`), and notes on what was not measured and
-    why. `steps` and `warmup` are per run; the diagnosis run's own steps are not used (see the module
-    docstring). `runner` runs the script once (this process; several ranks: ranks/job.py's JobRunner)."""
+    why. `settings` are per run; the diagnosis run's own steps are not used (see the module docstring). `runner`
+    runs the script once (this process; several ranks: ranks/job.py's JobRunner)."""
     planned, unmeasured = plan_experiments(baseline)
-    trials = [run_trial(experiment, target, args, is_module, steps, warmup, timeout_s, repeats, runner)
-              for experiment in planned]
+    trials = [run_trial(experiment, script, settings, repeats, runner) for experiment in planned]
     return with_trials(baseline, trials, unmeasured)
 
 
