@@ -19,6 +19,7 @@ def launch(args, settings) -> int:
     then each experiment's runs, each its own job."""
     from gpufeed.doctor.observe.inject import check_target
     from gpufeed.doctor.runs.script import Script
+    from gpufeed.doctor.session import doctor_ranks
 
     if not args.command:
         raise GpufeedError("give the training script: gpufeed doctor --nproc-per-node N SCRIPT [ARGS...]")
@@ -27,16 +28,22 @@ def launch(args, settings) -> int:
     check_output_paths(args, inputs=() if script.is_module else (script.target,))
     error_console.print(f"gpufeed doctor: {args.nproc_per_node} ranks through torch.distributed.run "
                         f"(--standalone); rank 0 writes the report")
-    if args.try_fixes:
-        return _launch_with_try(args, script, settings)
-    from gpufeed.doctor.ranks.job import RankJob, rank_words, run_job
-
-    job = RankJob(script, settings, args.nproc_per_node, _output_words(args))
-    failed = run_job(rank_words(job), args.nproc_per_node)
-    if failed:
-        error_console.print(f"gpufeed doctor: the job failed on rank {', '.join(map(str, failed))} (exit status "
-                            f"not 0); the report above names the rank and its error")
+    ran = doctor_ranks(script, settings, args.nproc_per_node, args.try_fixes, args.repeats, _output_words(args),
+                       on_plan=lambda planned: show_plan(planned, args.repeats, args.steps, ranks=args.nproc_per_node))
+    if ran.failed_ranks or ran.report is None:
+        if args.try_fixes:
+            error_console.print("gpufeed doctor --try: not tried, the first run failed; fix that first")
+        else:
+            which = (f"on rank {', '.join(map(str, ran.failed_ranks))}" if ran.failed_ranks else
+                     "before rank 0 wrote its report")
+            error_console.print(f"gpufeed doctor: the job failed {which} (exit status not 0); the report above "
+                                f"names the rank and its error")
         return 1
+    if args.try_fixes:  # the diagnosis was printed and written by rank 0; now the report with the gains
+        if args.json != "-":
+            show_gains(ran.report)
+            show_notes(list(ran.tried_notes))
+        emit_document(ran.report.to_json(), "doctor", args)
     return 0
 
 
@@ -44,24 +51,6 @@ def _output_words(args) -> tuple[str, ...]:
     """The --json and --html that each rank gets (rank 0 writes them)."""
     return tuple(word for flag in ("json", "html") if getattr(args, flag) is not None
                  for word in (f"--{flag}", getattr(args, flag)))
-
-
-def _launch_with_try(args, script, settings) -> int:
-    """The diagnosis job (its report printed by rank 0 as usual), then --repeats pairs of a baseline job and a
-    changed job per experiment, compared on rank 0's watched steps; the report with the gains."""
-    from gpufeed.doctor.session import doctor_ranks
-
-    report, tried = doctor_ranks(script, settings, args.nproc_per_node, True, args.repeats, _output_words(args),
-                          on_plan=lambda planned: show_plan(planned, args.repeats, args.steps,
-                                                            ranks=args.nproc_per_node))
-    if report is None:
-        error_console.print("gpufeed doctor --try: not tried, the first run failed; fix that first")
-        return 1
-    if args.json != "-":
-        show_gains(report)
-        show_notes(tried)
-    emit_document(report.to_json(), "doctor", args)
-    return 0
 
 
 def run_rank(args, context, settings) -> int:

@@ -86,25 +86,36 @@ def measured_fixes(script: Script, settings: WatchSettings, report: Report, repe
     return invariants.checked(dataclasses.replace(report, findings=findings, notes=report.notes + notes))
 
 
+@dataclass(frozen=True)
+class RanksSession:
+    """A torchrun job's doctor run: rank 0's report (None when it wrote none), the notes --try added to it, and
+    the ranks whose process failed (the first job's)."""
+
+    report: Report | None
+    tried_notes: tuple[Note, ...] = ()
+    failed_ranks: tuple[int, ...] = ()
+
+
 def doctor_ranks(script: Script, settings: WatchSettings, nproc_per_node: int, try_fixes: bool = False,
                  repeats: int = REPEATS, output_words: tuple[str, ...] = (),
-                 on_plan: Callable[[list], None] | None = None) -> tuple[Report | None, list[Note]]:
+                 on_plan: Callable[[list], None] | None = None) -> RanksSession:
     """The doctor on `nproc_per_node` ranks of a torchrun job on this machine: rank 0's report (rank 0 prints it,
-    and writes `output_words`' --json/--html), with `try_fixes` each experiment's pairs as jobs of their own, and
-    the notes --try added to it; (None, []) when the first job failed."""
+    and writes `output_words`' --json/--html), with `try_fixes` (when the first job succeeded) each experiment's
+    pairs as jobs of their own."""
     from gpufeed.doctor.ranks.job import RankJob, diagnosis_job, trial_jobs
 
     job = RankJob(script, settings, nproc_per_node, output_words)
     with tempfile.TemporaryDirectory(prefix="gpufeed-doctor-") as folder:
-        report = diagnosis_job(job, Path(folder))
-        if report is None or not try_fixes:
-            return report, []
+        report, failed = diagnosis_job(job, Path(folder))
+        if report is None or failed or not try_fixes:
+            return RanksSession(report, (), tuple(failed))
         planned, unmeasured = plan_experiments(report)
         if on_plan is not None:
             on_plan(planned)
         trials = trial_jobs(job, report, planned, Path(folder), repeats)
     findings, notes = with_trials(report, trials, unmeasured)
-    return invariants.checked(dataclasses.replace(report, findings=findings, notes=report.notes + notes)), notes
+    report = invariants.checked(dataclasses.replace(report, findings=findings, notes=report.notes + notes))
+    return RanksSession(report, tuple(notes))
 
 
 def run(script: str, *script_args: str, module: bool = False, steps: int = 50, warmup: int = 5,
@@ -120,7 +131,7 @@ def run(script: str, *script_args: str, module: bool = False, steps: int = 50, w
     target = Script(script, tuple(script_args), module)
     settings = WatchSettings(steps, warmup, profile_steps, timeout_s)
     if nproc_per_node is not None and nproc_per_node > 1:
-        report, _ = doctor_ranks(target, settings, nproc_per_node, try_fixes, repeats)
+        report = doctor_ranks(target, settings, nproc_per_node, try_fixes, repeats).report
         if report is None:
             raise RunFailed(f"the doctor's job of {nproc_per_node} ranks failed before rank 0 wrote its report; "
                             f"run `gpufeed doctor --nproc-per-node {nproc_per_node} {target.named()}` to see why")

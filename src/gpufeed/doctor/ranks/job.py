@@ -147,18 +147,17 @@ def write_trial_result(trial: dict, watcher, problem: str | None) -> None:
 # --- --try on several ranks ----------------------------------------------------------------------------------
 
 
-def diagnosis_job(job: RankJob, folder: Path) -> Report | None:
-    """The first job of --try, or the library's run on several ranks (its report printed by rank 0 as usual), read
-    back; None when it failed."""
+def diagnosis_job(job: RankJob, folder: Path) -> tuple[Report | None, list[int]]:
+    """The job that diagnoses (its report printed by rank 0 as usual), its report read back (None when rank 0
+    wrote none), and the ranks that failed ([] none)."""
     side = folder / "diagnosis.json"
     os.environ[REPORT_VARIABLE] = str(side)
     try:
         failed = run_job(rank_words(job), job.nproc_per_node)
     finally:
         os.environ.pop(REPORT_VARIABLE, None)
-    if failed or not side.exists():
-        return None
-    return Report.from_json(json.loads(side.read_text()))
+    report = Report.from_json(json.loads(side.read_text())) if side.exists() else None
+    return report, failed
 
 
 def checked_in_the_ranks(watcher, changes, baseline) -> None:
