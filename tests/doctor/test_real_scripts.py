@@ -193,7 +193,7 @@ def test_batches_are_told_apart_by_the_line_that_asks_for_them() -> None:
 def records(walls_ms: list[float], wait_ms: float = 0.0, batch: int | None = 64) -> list[StepRecord]:
     return [StepRecord(index=index, start_s=0.0, wall_s=wall / 1000, data_wait_s=wait_ms / 1000, copy_s=0.0,
                        copy_bytes=0, copy_pageable_bytes=0, sync_count=0, sync_s=0.0, batch_size=batch,
-                       kernel_launches=None, compute_s=None) for index, wall in enumerate(walls_ms)]
+                       compute_s=None) for index, wall in enumerate(walls_ms)]
 
 
 HOST = [HostSample(time_s=0.1 * index, cpu_percent=50.0, cpu_per_core_percent=(50.0, 50.0),

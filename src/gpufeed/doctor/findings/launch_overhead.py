@@ -27,7 +27,6 @@ with the largest share, with the others' evidence beside its own. No --try exper
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.grading import (
@@ -132,12 +131,9 @@ def _event_span_only(seen: Observation) -> Finding | None:
     if busy is None:
         return None
     share = unexplained_idle(seen, busy)
-    launches = [r.kernel_launches for r in seen.steps if r.kernel_launches is not None]
-    per_step = statistics.fmean(launches) if launches else None
-    idle_s = share * seen.totals.wall_s / seen.totals.steps
-    evidence = {"device_busy": busy, "idle_share": share, "kernel_launches_per_step": per_step,
-                "idle_us_per_launch": 1e6 * idle_s / per_step if per_step else None,
-                "mean_step_ms": 1000.0 * seen.totals.wall_s / seen.totals.steps}
+    # the kernels are not counted without the profile: the CUDA way's per-launch figures are NA here
+    evidence = {"device_busy": busy, "idle_share": share, "kernel_launches_per_step": None,
+                "idle_us_per_launch": None, "mean_step_ms": 1000.0 * seen.totals.wall_s / seen.totals.steps}
     supporting = seen.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
     return new_finding(KIND, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
                        fix("cuda"), confidence(supporting))
