@@ -31,8 +31,8 @@ def test_the_kinds_are_the_documented_vocabulary_one_module_each() -> None:
     rows = vocabulary()
     assert KINDS == tuple(kind for kind, _, _ in rows) and len(KINDS) == 13
     for module, (kind, where, _) in zip(FINDINGS, rows, strict=True):
-        assert module.__name__ == f"gpufeed.doctor.findings.{kind}" and module.KIND == kind
-        assert where.startswith(f"findings/{kind}.py")
+        assert module.__name__ == f"gpufeed.doctor.findings.kinds.{kind}" and module.KIND == kind
+        assert where.startswith(f"findings/kinds/{kind}.py")
         assert isinstance(module.MEANING, str) and module.MEANING and MEANINGS[kind] == module.MEANING
         assert all(callable(getattr(module, name)) for name in ("detect", "fix"))
         # shares.py: each kind names the part of the step it claims (or claims no time) and its level

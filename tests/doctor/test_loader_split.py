@@ -28,8 +28,8 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate
 from torch.utils.data import dataloader as torch_dataloader
 from torch.utils.data._utils import fetch
 
-from gpufeed.doctor.findings import input_bound
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.kinds import input_bound
 from gpufeed.doctor.notes import Notes
 from gpufeed.doctor.observation import LoaderParts, LoaderSettings
 from gpufeed.doctor.observe import loader_split

@@ -18,8 +18,8 @@ from test_inject import SCRIPTS, patched_state
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpufeed.doctor.findings import cpu_saturated, input_bound
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.kinds import cpu_saturated, input_bound
 from gpufeed.doctor.findings.stalls import stall_period
 from gpufeed.doctor.observation import StepShape
 from gpufeed.doctor.observe.hooks import Instrumentation

@@ -1,8 +1,8 @@
-"""The doctor's findings: an Observation in, a Report out. One module per kind, named after it (docs/design.md,
-"The doctor's vocabulary"), and the modules they share. Reads doctor/observation.py, doctor/notes.py and frameworks/;
-never observe/ or trials/, and loads no torch (the report pages read it).
+"""The doctor's findings: an Observation in, a Report out. One module per kind, named after it, in kinds/
+(docs/design.md, "The doctor's vocabulary"), and the modules they share here. Reads doctor/observation.py,
+doctor/notes.py and frameworks/; never observe/ or trials/, and loads no torch (the report pages read it).
 
-Each kind's module holds its judgement:
+Each kind's module (kinds/<kind>.py) holds its judgement:
 - `KIND`, its name, and `MEANING`, what it means in a line (the page's);
 - `detect(seen, notes) -> Finding | None`: the detection from an `Observation`, adding to `notes` what it could
   not judge; compute_bound, the healthy verdict, is judged last over the others: `detect(seen, notes, others)`;
@@ -11,15 +11,12 @@ Each kind's module holds its judgement:
   `RECOMMEND_AT`: the share over which it may be the verdict, with its source (shares.py, verdict.py).
 The experiments `--try` runs to test a kind's fix are trials/plan.py's (a function per kind that has one).
 
-The kinds: communication.py, compute_bound.py, cpu_saturated.py, host_to_device.py, input_bound.py,
-launch_overhead.py, memory_pressure.py, periodic_stall.py, precision.py, small_batch.py, straggler.py,
-sync_stall.py, worker_memory.py.
-
-`FINDINGS` lists them in the vocabulary's order, which is also the order of detection and of ties between equal
-shares; `KINDS` (report.py) is their names, which a Finding's kind must be one of. A new kind is a new module here,
-a line in `FINDINGS` and its name in report.py's `KINDS`.
+`FINDINGS` lists the kinds in the vocabulary's order, which is also the order of detection and of ties between
+equal shares; `KINDS` (report.py) is their names, which a Finding's kind must be one of. A new kind is a new
+module in kinds/, a line in `FINDINGS` and its name in report.py's `KINDS`.
 
 Shared here:
+- kinds/: one module per kind (its own map names them)
 - report.py: Report, Verdict, Finding, Gain, SEVERITIES, KINDS, gain_headline, verdict_headline, rates_sentence
 - grading.py: the shared thresholds, severity and confidence, the host-bound gate, new_finding
 - stalls.py: slow-step outliers and the beat they fall on (periodic_stall's detection)
@@ -30,7 +27,7 @@ Shared here:
 
 from __future__ import annotations
 
-from gpufeed.doctor.findings import (
+from gpufeed.doctor.findings.kinds import (
     communication,
     compute_bound,
     cpu_saturated,

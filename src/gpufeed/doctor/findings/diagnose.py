@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpufeed.doctor.findings import BY_KIND, FINDINGS, KINDS, compute_bound, invariants, shares, worker_memory
+from gpufeed.doctor.findings import BY_KIND, FINDINGS, KINDS, invariants, shares
 from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM
+from gpufeed.doctor.findings.kinds import compute_bound, worker_memory
 from gpufeed.doctor.findings.report import Report, Verdict
 from gpufeed.doctor.findings.verdict import candidates, choose
 from gpufeed.doctor.notes import Notes

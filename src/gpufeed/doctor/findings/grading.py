@@ -1,4 +1,4 @@
-"""How the finding modules (findings/<kind>.py) grade what they find and build a `Finding`: the shares' shared
+"""How the finding modules (findings/kinds/<kind>.py) grade what they find and build a `Finding`: the shares' shared
 thresholds, severity from a share, confidence from a count of supporting steps (and, after `--try`, from the
 spread of the measured gain's pairs), and the host-bound gate that launch_overhead and small_batch both pass
 through.

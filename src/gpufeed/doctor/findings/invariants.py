@@ -23,7 +23,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from gpufeed.doctor.findings import BY_KIND, compute_bound, input_bound, precision, shares
+from gpufeed.doctor.findings import BY_KIND, shares
+from gpufeed.doctor.findings.kinds import compute_bound, input_bound, precision
 from gpufeed.doctor.findings.report import Finding, Report, rates_sentence
 from gpufeed.doctor.findings.verdict import candidates, reaches
 from gpufeed.doctor.notes import Note, Notes

@@ -9,7 +9,8 @@ intervals (shares.py) overlap the verdict's are `Verdict.tied_with`: a near-tie 
 
 from __future__ import annotations
 
-from gpufeed.doctor.findings import BY_KIND, KINDS, compute_bound, input_bound
+from gpufeed.doctor.findings import BY_KIND, KINDS
+from gpufeed.doctor.findings.kinds import compute_bound, input_bound
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 

@@ -1,7 +1,7 @@
 """The plan of `--try`: which experiments test each finding's fix, and which of them run.
 
 Each kind that has an experiment has a function here, `<kind>_experiments(finding, cuda) -> (experiments,
-reason)`, reading the numbers its finding module measured (findings/<kind>.py's evidence); `reason` says why none
+reason)`, reading the numbers its finding module measured (findings/kinds/<kind>.py's evidence); `reason` says why none
 or no more are tried. A kind without a line in `EXPERIMENTS` has none (`no_experiment`): no change made from
 outside the script tests its fix. The changes themselves are changes.py's (and async_item.py's).
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from gpufeed.doctor.findings import communication, host_to_device, input_bound, precision, small_batch, sync_stall
+from gpufeed.doctor.findings.kinds import communication, host_to_device, input_bound, precision, small_batch, sync_stall
 from gpufeed.doctor.findings.report import Finding, Report
 from gpufeed.doctor.frameworks import words
 from gpufeed.doctor.notes import Note
