@@ -57,10 +57,10 @@ def on_gpu(records: list[StepRecord], samples: list[HostSample] = (), **changes)
 
 
 def step(index, wall=0.1, wait=0.0, copy=0.0, copy_bytes=0, pageable=0, compute=None, syncs=0, sync=0.0,
-         batch=None, launches=None):
+         batch=None):
     return StepRecord(index=index, start_s=index * wall, wall_s=wall, data_wait_s=wait, copy_s=copy,
                       copy_bytes=copy_bytes, copy_pageable_bytes=pageable, compute_s=compute, sync_count=syncs,
-                      sync_s=sync, batch_size=batch, kernel_launches=launches)
+                      sync_s=sync, batch_size=batch)
 
 
 def steps(count=20, **fields):

@@ -1,13 +1,13 @@
 """The rules that read the step's arithmetic (Observation.arithmetic, flops.py), on hand-built observations:
-launch_overhead for a step that does almost no arithmetic for its time (findings/launch_overhead.py), and the
-advice compute_bound chooses from what the step computes (findings/compute_bound.py); evidence equal to hand
+launch_overhead for a step that does almost no arithmetic for its time (findings/kinds/launch_overhead.py), and the
+advice compute_bound chooses from what the step computes (findings/kinds/compute_bound.py); evidence equal to hand
 arithmetic."""
 
 import pytest
 from observations import by_kind, host, on_cpu, on_gpu, profiled, steps
 
 from gpufeed.doctor.findings.diagnose import diagnose
-from gpufeed.doctor.findings.launch_overhead import ARITHMETIC_FRACTION_OF_PEAK, OVERHEAD_US_PER_OPERATOR
+from gpufeed.doctor.findings.kinds.launch_overhead import ARITHMETIC_FRACTION_OF_PEAK, OVERHEAD_US_PER_OPERATOR
 from gpufeed.doctor.observation import OperatorFlops, StepArithmetic
 
 PEAK = 1e11  # FLOP/s: a made-up device, so that every figure below is round
@@ -92,7 +92,7 @@ def test_the_python_share_way_keeps_its_evidence_beside_the_arithmetic():
     assert found.evidence["flops_per_step"] == 640 and "torch.compile(model)" in found.snippet  # 1300 operators
 
 
-# --- compute_bound's advice, from what the step computes (findings/compute_bound.py) ---------------------------
+# --- compute_bound's advice, from what the step computes (findings/kinds/compute_bound.py) ---------------------------
 
 
 def healthy(seen) -> tuple[str, str]:

@@ -1,4 +1,4 @@
-"""The small-batch probe (doctor/observe/probe.py) and what small_batch makes of it (findings/small_batch.py): the
+"""The small-batch probe (doctor/observe/probe.py) and what small_batch makes of it (findings/kinds/small_batch.py): the
 probe leaves the model as it found it (gradients, buffers, RNG: bitwise), repeats the batch's tensors only, is
 skipped with a note where it must be; the fixed cost is hand-derived from the probe's times, and the verdict
 between small_batch and input_bound from hand-made steps; and end to end, a batch-of-2 MLP whose step is mostly

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 from observations import host, on_cpu, on_gpu, steps
 
-from gpufeed.doctor.findings import FINDINGS, KINDS, MEANINGS
+from gpufeed.doctor.findings import KINDS
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.experiments import NO_EXPERIMENT
+from gpufeed.doctor.findings.kind import Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Note
-from gpufeed.doctor.trials.plan import NO_EXPERIMENT, experiments_for
+from gpufeed.doctor.trials.plan import experiments_for
 
 DESIGN = Path(__file__).parents[2] / "docs" / "design.md"
 
@@ -29,15 +31,18 @@ def vocabulary() -> list[tuple[str, str, str]]:
 
 def test_the_kinds_are_the_documented_vocabulary_one_module_each() -> None:
     rows = vocabulary()
-    assert KINDS == tuple(kind for kind, _, _ in rows) and len(KINDS) == 13
-    for module, (kind, where, _) in zip(FINDINGS, rows, strict=True):
-        assert module.__name__ == f"gpufeed.doctor.findings.{kind}" and module.KIND == kind
-        assert where.startswith(f"findings/{kind}.py")
-        assert isinstance(module.MEANING, str) and module.MEANING and MEANINGS[kind] == module.MEANING
-        assert all(callable(getattr(module, name)) for name in ("detect", "fix"))
-        # shares.py: each kind names the part of the step it claims (or claims no time) and its level
-        assert hasattr(module, "PART") or callable(getattr(module, "claims", None)) or module.CLAIMS_TIME is False
-        assert module.RECOMMEND_AT is None or 0.0 < module.RECOMMEND_AT < 1.0
+    assert KINDS.names == tuple(kind for kind, _, _ in rows) and len(KINDS) == 13
+    for kind, (name, where, _) in zip(KINDS, rows, strict=True):
+        module = sys.modules[type(kind).__module__]
+        assert isinstance(kind, Kind) and module.__name__ == f"gpufeed.doctor.findings.kinds.{name}"
+        assert kind.NAME == name and where.startswith(f"findings/kinds/{name}.py") and callable(module.fix)
+        assert isinstance(kind.MEANING, str) and kind.MEANING and KINDS.meaning(name, "") == kind.MEANING
+        # shares.py: each kind names the part of the step it claims (or claims no time) and its level, with its source
+        assert kind.PART is not None or type(kind).claims is not Kind.claims or kind.CLAIMS_TIME is False
+        assert kind.RECOMMEND_AT is None or 0.0 < kind.RECOMMEND_AT < 1.0
+        assert isinstance(kind.RECOMMEND_SOURCE, str) and kind.RECOMMEND_SOURCE
+        assert 1 <= len(kind.FIGURES) <= 3 and all(other in KINDS for other in kind.YIELDS_TO)
+    assert [kind.NAME for kind in KINDS if kind.HEALTHY] == ["compute_bound"]
 
 
 def test_the_kinds_documented_without_an_experiment_try_none() -> None:

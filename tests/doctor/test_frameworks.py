@@ -34,7 +34,7 @@ from gpufeed.doctor.observe.inject import run_script
 from gpufeed.doctor.observe.watch import Watcher
 from gpufeed.doctor.patching import AfterImport
 from gpufeed.doctor.runs.script import Script, WatchSettings
-from gpufeed.doctor.trials.plan import input_bound_experiments
+from gpufeed.doctor.trials.plan import experiments_for
 from gpufeed.doctor.trials.runs import run_once
 
 SCRIPTS = Path(__file__).parent / "scripts" / "frameworks"
@@ -171,7 +171,7 @@ def test_try_reaches_the_trainers_loader_through_dataloader_init_and_says_so(slo
     pytest.importorskip("transformers")
     _, report = slow_run(slow_runs, "hf_trainer.py")
     finding = by_kind(report)["input_bound"]
-    planned, reason = input_bound_experiments(finding, cuda=False)
+    planned, reason = experiments_for(finding, cuda=False)
     workers = next(experiment for experiment in planned if experiment.name == "workers")
     suggested = finding.evidence["suggested_workers"]
     assert reason is None and (f"as TrainingArguments(dataloader_num_workers={suggested}, "

@@ -28,8 +28,9 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate
 from torch.utils.data import dataloader as torch_dataloader
 from torch.utils.data._utils import fetch
 
-from gpufeed.doctor.findings import input_bound
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.kind import Judged
+from gpufeed.doctor.findings.kinds import input_bound
 from gpufeed.doctor.notes import Notes
 from gpufeed.doctor.observation import LoaderParts, LoaderSettings
 from gpufeed.doctor.observe import loader_split
@@ -432,13 +433,13 @@ def test_workers_share_getitem_and_collate_but_not_pinning() -> None:
                for record in steps(20, wall=0.1, wait=0.05)]
     seen = on_cpu(records, workers=8, pin_memory=True)
     seen = dataclasses.replace(seen, loader=LoaderSettings(8, True, 0.0, LoaderParts("default_collate", None)))
-    finding = input_bound.detect(seen, Notes())
+    finding = input_bound.InputBound().detect(seen, Notes(), Judged())
     assert finding.evidence["getitem_ms"] == pytest.approx(40.0) and finding.evidence["pin_ms"] == pytest.approx(10)
     assert finding.evidence["dominant_part"] == "pin"
     assert "pinning (pin_memory) takes the most: 10.0 ms per batch" in finding.fix
     # with one worker the same __getitem__ is the part to fix
     one = dataclasses.replace(seen, loader=LoaderSettings(1, True, 0.0, LoaderParts("default_collate", None)))
-    assert input_bound.detect(one, Notes()).evidence["dominant_part"] == "getitem"
+    assert input_bound.InputBound().detect(one, Notes(), Judged()).evidence["dominant_part"] == "getitem"
 
 
 def test_a_collate_in_workers_is_named_with_the_workers_that_share_it() -> None:
@@ -448,19 +449,19 @@ def test_a_collate_in_workers_is_named_with_the_workers_that_share_it() -> None:
                for record in steps(20, wall=0.1, wait=0.05)]
     parts = LoaderParts("slow_collate", COLLATE_SITE)
     seen = dataclasses.replace(on_cpu(records, workers=2), loader=LoaderSettings(2, False, 0.0, parts))
-    finding = input_bound.detect(seen, Notes())
+    finding = input_bound.InputBound().detect(seen, Notes(), Judged())
     assert finding.evidence["dominant_part"] == "collate" and finding.evidence["collate_site"] == COLLATE_SITE
     assert f"slow_collate ({COLLATE_SITE}) runs once per batch in one of the 2 workers" in finding.fix
     # a hand-over of 12 ms costs the loop more than either part shared by the 2 workers
     slower = [dataclasses.replace(record, loader_split=LoaderSplit(1, 0.008, 0.020, 0.012, None))
               for record in records]
-    assert input_bound.detect(dataclasses.replace(seen, steps=tuple(slower)), Notes()).evidence[
-        "dominant_part"] == "handover"
+    handover = input_bound.InputBound().detect(dataclasses.replace(seen, steps=tuple(slower)), Notes(), Judged())
+    assert handover.evidence["dominant_part"] == "handover"
 
 
 def test_without_timed_batches_the_parts_are_null_and_a_note_says_why() -> None:
     notes = Notes()
-    finding = input_bound.detect(on_cpu(steps(20, wall=0.1, wait=0.05)), notes)
+    finding = input_bound.InputBound().detect(on_cpu(steps(20, wall=0.1, wait=0.05)), notes, Judged())
     assert [finding.evidence[key] for key in input_bound.PART_KEYS] == [None] * 4
     assert finding.evidence["dominant_part"] is None and finding.evidence["batches_split"] == 0
     assert any(note.text.startswith("DataLoader time by part (getitem, collate): not timed") for note in notes.items)

@@ -9,7 +9,7 @@ from observations import by_kind, host, on_cpu, on_gpu, profiled, steps, with_sm
 from gpufeed.doctor.findings.diagnose import diagnose
 from gpufeed.doctor.observation import MemoryReading
 
-# --- launch_overhead from the profiled window (findings/launch_overhead.py) ---------------------------------
+# --- launch_overhead from the profiled window (findings/kinds/launch_overhead.py) ---------------------------------
 
 
 def test_many_small_operators_on_the_cpu_are_launch_overhead():

@@ -18,8 +18,8 @@ from test_inject import SCRIPTS, patched_state
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from gpufeed.doctor.findings import cpu_saturated, input_bound
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.kinds import cpu_saturated, input_bound
 from gpufeed.doctor.findings.stalls import stall_period
 from gpufeed.doctor.observation import StepShape
 from gpufeed.doctor.observe.hooks import Instrumentation
@@ -193,7 +193,7 @@ def test_batches_are_told_apart_by_the_line_that_asks_for_them() -> None:
 def records(walls_ms: list[float], wait_ms: float = 0.0, batch: int | None = 64) -> list[StepRecord]:
     return [StepRecord(index=index, start_s=0.0, wall_s=wall / 1000, data_wait_s=wait_ms / 1000, copy_s=0.0,
                        copy_bytes=0, copy_pageable_bytes=0, sync_count=0, sync_s=0.0, batch_size=batch,
-                       kernel_launches=None, compute_s=None) for index, wall in enumerate(walls_ms)]
+                       compute_s=None) for index, wall in enumerate(walls_ms)]
 
 
 HOST = [HostSample(time_s=0.1 * index, cpu_percent=50.0, cpu_per_core_percent=(50.0, 50.0),

@@ -54,7 +54,7 @@ def test_healthy_cpu_steps_are_compute_bound_without_alarms():
 
 
 def test_healthy_gpu_steps_are_compute_bound_without_alarms():
-    report = diagnose(on_gpu(steps(50, compute=0.095, batch=256, launches=200), host(cpu=30.0, gpu=98.0)))
+    report = diagnose(on_gpu(steps(50, compute=0.095, batch=256), host(cpu=30.0, gpu=98.0)))
     assert report.verdict.primary == "compute_bound" and serious(report) == []
     assert report.verdict.device_busy == pytest.approx(0.95)
     assert by_kind(report)["compute_bound"].share == pytest.approx(0.95)
@@ -102,13 +102,13 @@ def test_no_copy_finding_on_the_cpu():
 
 
 def test_launch_overhead_from_the_event_span_when_kernels_were_not_profiled():
-    report = diagnose(on_gpu(steps(20, compute=0.03, launches=500), host()))
+    report = diagnose(on_gpu(steps(20, compute=0.03), host()))
     found = by_kind(report)["launch_overhead"]
     assert any(line.startswith("operators and kernel launches: kernels not profiled") for line in report.unmeasured)
     assert found.share == pytest.approx(0.7) and found.severity == "high"
     assert found.evidence["device_busy"] == pytest.approx(0.3)
-    assert found.evidence["kernel_launches_per_step"] == pytest.approx(500)
-    assert found.evidence["idle_us_per_launch"] == pytest.approx(0.07 / 500 * 1e6)
+    # without the profile no kernel is counted, so the per-launch figures are NA
+    assert found.evidence["kernel_launches_per_step"] is None and found.evidence["idle_us_per_launch"] is None
     assert "reduce-overhead" in found.snippet
 
 

@@ -231,7 +231,6 @@ def test_the_profiled_window_follows_the_watched_steps() -> None:
     lines = [note.text for note in seen.notes]
     assert "kernel launches: the device is the CPU (its operators are counted)" in lines
     assert not any(line.startswith("operators and kernel launches") for line in lines)
-    assert [record.kernel_launches for record in watcher.records] == [None, None]  # watched steps: not profiled
     watcher.close()
 
 

@@ -1,4 +1,4 @@
-"""worker_memory (findings/worker_memory.py, observe/worker_memory.py): the Dataset's Python objects measured
+"""worker_memory (findings/kinds/worker_memory.py, observe/worker_memory.py): the Dataset's Python objects measured
 against an exact count; the copy-on-read projection against hand-derived figures, with and without batches
 prefetched ahead of the loop; the reader's baseline reading taken as soon as every worker handed over a batch; and
 end to end, the projection from the doctor's default watched steps, and from the first batches of a plain loop,
@@ -18,8 +18,8 @@ import torch
 from observations import by_kind, host, on_cpu, steps
 
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.kinds.worker_memory import IN_FLIGHT_READ, project
 from gpufeed.doctor.findings.report import verdict_headline
-from gpufeed.doctor.findings.worker_memory import IN_FLIGHT_READ, project
 from gpufeed.doctor.observation import DatasetAttribute, WorkerMemoryReading
 from gpufeed.doctor.observe import worker_memory as observe_memory
 from gpufeed.doctor.observe.inject import run_script

@@ -24,8 +24,8 @@ def doctor_healthy(busy: float) -> bool:
     verdict either way (no waste is found), and its evidence says whether the device was busy enough (its fix then
     says how much of the step idled with no cause found)."""
     records = [StepRecord(index=i, start_s=0.1 * i, wall_s=0.1, data_wait_s=0.0, copy_s=0.0, copy_bytes=0,
-                          copy_pageable_bytes=0, compute_s=busy * 0.1, sync_count=0, sync_s=0.0, batch_size=256,
-                          kernel_launches=200) for i in range(50)]
+                          copy_pageable_bytes=0, compute_s=busy * 0.1, sync_count=0, sync_s=0.0,
+                          batch_size=256) for i in range(50)]
     seen = Observation(tuple(records), (), "cuda:0", Host(16, 8), LoaderSettings(8, True, 0.0),
                        MemoryReading(None, None, None), None, StepShape(256, 1, 256), False, True, Ranks(), (), None)
     report = diagnose(seen)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 
 # gpufeed's choice: below 32 samples a batch rarely fills a GPU, and per-step fixed costs weigh on a CPU step; the
-# batch below which the doctor probes (observe/probe.py) and small_batch judges (findings/small_batch.py).
+# batch below which the doctor probes (observe/probe.py) and small_batch judges (findings/kinds/small_batch.py).
 SMALL_BATCH = 32
 
 

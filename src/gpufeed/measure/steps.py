@@ -48,8 +48,6 @@ class StepRecord:
     sync_count: int  # host waits on the device inside the step (.item(), .cpu(), synchronize, ...)
     sync_s: float  # host time spent in those waits
     batch_size: int | None  # samples in the step's batch when it could be read
-    kernel_launches: int | None  # device kernels launched in the step, when counted (the doctor counts them in
-    # a profiled window after the watched steps instead: gpufeed.doctor.observe.profile)
     loader_split: LoaderSplit | None = None  # the step's training batches' loader time by part (the doctor's
     # DataLoader instrumentation, gpufeed.doctor.observe.loader_split); None: none of its batches was timed inside
     # The step's compute split on the host clock (the doctor's gpufeed.doctor.observe.parts; on CUDA kernels run

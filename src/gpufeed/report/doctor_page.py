@@ -1,7 +1,7 @@
 """The page of `gpufeed doctor --html`: the verdict, the gap between loader and model, where each watched step's time
 went, the host's readings, the findings with their evidence and fixes, and the gains that were measured. A pure
 function of the saved document; a document with no watched step (the script failed first) still makes a page. The
-meaning of each kind is its finding module's (gpufeed.doctor.findings, which loads no torch)."""
+meaning of each kind is its registered kind's (gpufeed.doctor.findings, which loads no torch)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import math
 import numpy
 from matplotlib.ticker import FuncFormatter
 
-from gpufeed.doctor.findings import MEANINGS
+from gpufeed.doctor.findings import KINDS
+from gpufeed.doctor.findings.kinds.worker_memory import WorkerMemory, WorkerMemoryEvidence
 from gpufeed.doctor.findings.report import gain_headline, rates_sentence, verdict_headline
 from gpufeed.report.doctor_ranks import ranks_section
 from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, percent, stacked_bars
@@ -44,8 +45,8 @@ def doctor_page(document: dict) -> Page:
         _profiled(page, timeline["profile"])
     if timeline.get("samples"):
         _host_samples(page, timeline["samples"])
-    if timeline.get("worker_memory"):
-        _worker_memory(page, timeline["worker_memory"], document["findings"])
+    if timeline.get(WorkerMemory.NAME):  # what that kind added to the timeline (its timeline())
+        _worker_memory(page, timeline[WorkerMemory.NAME], document["findings"])
     if document.get("ranks"):
         ranks_section(page, document["ranks"], timeline.get("ranks") or [])
     _findings(page, document["findings"])
@@ -94,7 +95,7 @@ def _verdict(page: Page, document: dict) -> None:
                        "script's error and what could not be measured below.", css="lead")
     else:
         page.paragraph(f"{verdict_headline(document)}. {verdict['primary']} means: "
-                       f"{MEANINGS.get(verdict['primary'], 'see the findings')}.", css="lead")
+                       f"{KINDS.meaning(verdict['primary'], 'see the findings')}.", css="lead")
         first = next((finding for finding in findings if finding["kind"] == verdict["primary"]), None)
         if first is not None and first.get("fix"):
             page.paragraph(f"What to do first: {first['fix']}")
@@ -260,15 +261,15 @@ def _worker_memory(page: Page, memory: dict, findings: list[dict]) -> None:
     axes.set_ylabel("private memory, MiB")
     axes.set_ylim(0, None)
     axes.legend(loc="upper left", fontsize="small", frameon=False)
-    found = next((finding for finding in findings if finding["kind"] == "worker_memory"), None)
+    found = next((finding for finding in findings if finding["kind"] == WorkerMemory.NAME), None)
     page.heading("DataLoader workers' memory")
     caption = (f"Each worker's private memory (USS) while watched, by the training batches handed out; dashed: "
                f"one worker projected to the end of the epoch ({memory.get('epoch_batches') or 'n/a'} batches).")
     if found is not None:
-        evidence = found["evidence"]
-        caption += (f" Projected: {evidence['projected_worker_bytes'] / 2**30:.2f} GiB a worker, "
-                    f"{evidence['projected_total_bytes'] / 2**30:.2f} GiB for the {memory['workers_on_node']} "
-                    f"on the node; {evidence['projection']}.")
+        evidence = WorkerMemoryEvidence.of(found["evidence"])
+        caption += (f" Projected: {evidence.projected_worker_bytes / 2**30:.2f} GiB a worker, "
+                    f"{evidence.projected_total_bytes / 2**30:.2f} GiB for the {memory['workers_on_node']} "
+                    f"on the node; {evidence.projection}.")
     page.chart(figure, caption)
 
 
@@ -291,7 +292,7 @@ def _findings(page: Page, findings: list[dict]) -> None:
     _gains(page, [finding for finding in findings if (finding.get("gain") or {}).get("measured") is not None])
     for finding in findings:
         page.heading(f"{finding['kind']} ({finding['severity']}, {finding['confidence']} confidence)", level=3)
-        page.paragraph(MEANINGS.get(finding["kind"], "") + f"; {percent(finding['share'])} of the step time.")
+        page.paragraph(KINDS.meaning(finding["kind"], "") + f"; {percent(finding['share'])} of the step time.")
         page.table(["evidence", "value"], [(key, number(value)) for key, value in finding["evidence"].items()])
         if finding.get("fix"):
             page.paragraph(finding["fix"])

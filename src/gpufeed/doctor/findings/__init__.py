@@ -1,26 +1,19 @@
-"""The doctor's findings: an Observation in, a Report out. One module per kind, named after it (docs/design.md,
-"The doctor's vocabulary"), and the modules they share. Reads doctor/observation.py, doctor/notes.py and frameworks/;
-never observe/ or trials/, and loads no torch (the report pages read it).
+"""The doctor's findings: an Observation in, a Report out. Reads doctor/observation.py, doctor/notes.py and
+frameworks/; never observe/ or trials/, and loads no torch (the report pages read it).
 
-Each kind's module holds its judgement:
-- `KIND`, its name, and `MEANING`, what it means in a line (the page's);
-- `detect(seen, notes) -> Finding | None`: the detection from an `Observation`, adding to `notes` what it could
-  not judge; compute_bound, the healthy verdict, is judged last over the others: `detect(seen, notes, others)`;
-- `fix(...) -> (words, code)`: the remedy, from the numbers `detect` measured;
-- `PART` (or `claims(finding)`, or `CLAIMS_TIME = False`): the part of the step its share is taken from, and
-  `RECOMMEND_AT`: the share over which it may be the verdict, with its source (shares.py, verdict.py).
-The experiments `--try` runs to test a kind's fix are trials/plan.py's (a function per kind that has one).
+A finding kind is a declared contract (kind.py: `Kind`): one module per kind in kinds/, named after it, holding
+one `Kind` subclass (its name, meaning, part of the step, level and its source, detection, experiments, ...)
+and its fix. This module is the registry's one list: each kind's line below puts it in `KINDS` (registry.py) in
+the vocabulary's order (docs/design.md, "The doctor's vocabulary"), which is also the order of detection and of
+ties between equal shares. Adding a kind is its module in kinds/, its line here and its row in the vocabulary:
+every other module reads the kinds from `KINDS` and names none.
 
-The kinds: communication.py, compute_bound.py, cpu_saturated.py, host_to_device.py, input_bound.py,
-launch_overhead.py, memory_pressure.py, periodic_stall.py, precision.py, small_batch.py, straggler.py,
-sync_stall.py, worker_memory.py.
-
-`FINDINGS` lists them in the vocabulary's order, which is also the order of detection and of ties between equal
-shares; `KINDS` (report.py) is their names, which a Finding's kind must be one of. A new kind is a new module here,
-a line in `FINDINGS` and its name in report.py's `KINDS`.
-
-Shared here:
-- report.py: Report, Verdict, Finding, Gain, SEVERITIES, KINDS, gain_headline, verdict_headline, rates_sentence
+Here:
+- kinds/: one module per kind (its own map names them)
+- kind.py: Kind, the contract each kind declares; Judged, what the healthy kind is judged over; Evidence
+- experiments.py: the --try experiments a kind declares, as data (trials/ builds and runs them)
+- registry.py: Registry and KINDS, the kinds by name in the vocabulary's order (filled here)
+- report.py: Report, Verdict, Finding, Gain, SEVERITIES, gain_headline, verdict_headline, rates_sentence
 - grading.py: the shared thresholds, severity and confidence, the host-bound gate, new_finding
 - stalls.py: slow-step outliers and the beat they fall on (periodic_stall's detection)
 - shares.py: the step's parts and the disjoint shares; verdict.py: the verdict among them
@@ -30,7 +23,7 @@ Shared here:
 
 from __future__ import annotations
 
-from gpufeed.doctor.findings import (
+from gpufeed.doctor.findings.kinds import (
     communication,
     compute_bound,
     cpu_saturated,
@@ -45,10 +38,20 @@ from gpufeed.doctor.findings import (
     sync_stall,
     worker_memory,
 )
-from gpufeed.doctor.findings.report import KINDS
+from gpufeed.doctor.findings.registry import KINDS
 
-FINDINGS = (input_bound, cpu_saturated, host_to_device, launch_overhead, sync_stall, small_batch, precision,
-            memory_pressure, worker_memory, periodic_stall, communication, straggler, compute_bound)
-assert tuple(module.KIND for module in FINDINGS) == KINDS, "FINDINGS and report.KINDS must list the same kinds"
-BY_KIND = {module.KIND: module for module in FINDINGS}
-MEANINGS = {module.KIND: module.MEANING for module in FINDINGS}
+KINDS.register(  # the vocabulary, in its order: one line per kind
+    input_bound.InputBound(),
+    cpu_saturated.CpuSaturated(),
+    host_to_device.HostToDevice(),
+    launch_overhead.LaunchOverhead(),
+    sync_stall.SyncStall(),
+    small_batch.SmallBatch(),
+    precision.Precision(),
+    memory_pressure.MemoryPressure(),
+    worker_memory.WorkerMemory(),
+    periodic_stall.PeriodicStall(),
+    communication.Communication(),
+    straggler.Straggler(),
+    compute_bound.ComputeBound(),
+)

@@ -1,7 +1,9 @@
-"""An `Observation` in, a `Report` out: every finding module's detection in the vocabulary's order
-(findings/), their shares made disjoint (shares.py), the verdict, compute_bound when no waste reaches its level,
-the findings sorted (the verdict's first, then by share), the throughputs, and the report's invariants checked
-(invariants.py).
+"""An `Observation` in, a `Report` out: every registered kind's detection in the registry's order (registry.py,
+filled by findings/__init__.py), their shares made disjoint (shares.py), the verdict, the HEALTHY kind's finding
+(compute_bound), judged last over the others, when no waste reaches its level, the findings sorted (the verdict's
+first, then by share) and each kind's annotation of them, the throughputs, what the kinds add to the timeline,
+and the report's invariants checked (invariants.py). Every kind is read through its contract (kind.py); none is
+named here.
 
 The verdict is verdict.py's.
 
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpufeed.doctor.findings import BY_KIND, FINDINGS, KINDS, compute_bound, invariants, shares, worker_memory
+from gpufeed.doctor.findings import invariants, shares
 from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM
+from gpufeed.doctor.findings.kind import Judged
+from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.findings.report import Report, Verdict
 from gpufeed.doctor.findings.verdict import candidates, choose
 from gpufeed.doctor.notes import Notes
@@ -58,15 +62,17 @@ def diagnose(seen: Observation) -> Report:
     if seen.totals.wall_s <= 0:
         raise ValueError(f"the {len(seen.steps)} recorded steps have no wall time; shares cannot be computed")
     notes = _opening_notes(seen)
-    found = [found for module in FINDINGS if module is not compute_bound
-             and (found := module.detect(seen, notes)) is not None]
-    findings, left = shares.allocate(found, seen, BY_KIND)
+    healthy, first = KINDS.healthy, Judged()
+    found = [found for kind in KINDS if kind is not healthy
+             and (found := kind.detect(seen, notes, first)) is not None]
+    findings, left = shares.allocate(found, seen)
     primary, tied = choose(candidates(findings, notes))
     if primary is None:
-        primary = compute_bound.detect(seen, notes, findings, left)
+        primary = healthy.detect(seen, notes, Judged(tuple(findings), left))
         findings.append(primary)
     findings.sort(key=lambda f: (f is not primary, -f.share, KINDS.index(f.kind)))
-    findings = worker_memory.annotate(findings)
+    for kind in KINDS:
+        findings = kind.annotate(findings)
     primary = findings[0]
     totals = seen.totals
     verdict = Verdict(primary.kind, seen.device_busy(), totals.share(totals.data_wait_s), totals.steps,
@@ -88,7 +94,8 @@ def _timeline(seen: Observation) -> dict:
     drawn = {"steps": [dataclasses.asdict(record) for record in seen.steps],
              "samples": [dataclasses.asdict(sample) for sample in seen.samples],
              "profile": [dataclasses.asdict(step) for step in seen.profile.steps] if seen.profile else []}
-    memory = worker_memory.timeline(seen.worker_memory)
-    if memory is not None:
-        drawn["worker_memory"] = memory
+    for kind in KINDS:  # what a kind adds, under its name (worker_memory: the workers' readings)
+        added = kind.timeline(seen)
+        if added is not None:
+            drawn[kind.NAME] = added
     return drawn

@@ -1,4 +1,4 @@
-"""How the finding modules (findings/<kind>.py) grade what they find and build a `Finding`: the shares' shared
+"""How the finding modules (findings/kinds/<kind>.py) grade what they find and build a `Finding`: the shares' shared
 thresholds, severity from a share, confidence from a count of supporting steps (and, after `--try`, from the
 spread of the measured gain's pairs), and the host-bound gate that launch_overhead and small_batch both pass
 through.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.measure.difference import PairedRatios
 
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
 # time. We grade every share that has no threshold of its own with these two.
 INPUT_SHARE_MEDIUM = 0.05
 INPUT_SHARE_HIGH = 0.20
+# a kind's level (kind.py: RECOMMEND_AT) where no tool gives one for its cause, and that level's source
+OWN_LEVEL = INPUT_SHARE_MEDIUM
+OWN_LEVEL_SOURCE = ("gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for "
+                    "this cause")
 # torch-tb-profiler (_analyze_gpu_metrics): "low utilization ... increase batch size" below 50% GPU utilization.
 LOW_DEVICE_BUSY = 0.50
 # gpufeed's choice: confidence from the number of steps (or samples) that show the symptom.
@@ -60,7 +65,10 @@ def lower_confidence(first: str, second: str) -> str:
 
 def new_finding(kind: str, grade: str, share: float, evidence: dict, remedy: tuple[str, str],
                 trust: str) -> Finding:
-    """A finding not yet tried (`gain` None); `remedy` is the module's (fix, snippet)."""
+    """A finding not yet tried (`gain` None); `remedy` is the module's (fix, snippet). The kind's FIGURES (kind.py)
+    must be in `evidence`: a figure it declares that its detection does not fill is our error, not the user's."""
+    missing = [key for key in KINDS[kind].FIGURES if key not in evidence]
+    assert not missing, f"the {kind} finding's evidence lacks its FIGURES {missing}"
     return Finding(kind, grade, share, evidence, remedy[0], remedy[1], None, trust)
 
 

@@ -3,13 +3,13 @@ has measured the gains), so that the next contradiction between findings is caug
 
 - shares: each in [0, 1]; the shares of the findings that claim time sum to at most 1 (shares.py);
 - the verdict: its kind is a finding's, `verdict.share` is that finding's share; a waste verdict is over its
-  kind's level and no other candidate (diagnose.candidates) has a larger share; compute_bound only when there is
-  no candidate; input_bound is not the verdict while its workers keep up;
-- input_bound: a part blamed ("takes the most") costs the loop at least MIN_BLAMED_MS a batch, and no pre-packing
-  is advised when every part is under it;
-- precision: float64 is claimed only where fp64 FLOPs were counted or a float64 tensor was seen;
+  kind's level and no other candidate (verdict.candidates) has a larger share; the HEALTHY kind (compute_bound)
+  only when there is no candidate; no finding its own kind sets aside (input_bound while its workers keep up);
+- each kind's own (`Kind.violations`, kind.py): input_bound blames no loader part under MIN_BLAMED_MS a batch and
+  advises no pre-packing when every part is under it; precision claims float64 only where fp64 FLOPs were counted
+  or a float64 tensor was seen; while worker_memory projects the RAM running out, no other fix advises workers
+  without their cost;
 - evidence: no path into an installed package's folder (site-packages): patching.shown_path's form;
-- workers: while worker_memory projects the RAM running out, no other fix advises workers without their cost;
 - rates: a loader without workers runs in series with the model, so the rates sentence never says it keeps up;
 - gains: a measured --try gain beyond what its finding's share allows (1 / (1 - share), with GAIN_SLACK) comes
   with a note that says why (trials/runs.py).
@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from gpufeed.doctor.findings import BY_KIND, compute_bound, input_bound, precision, shares
+from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.findings.report import Finding, Report, rates_sentence
 from gpufeed.doctor.findings.verdict import candidates, reaches
 from gpufeed.doctor.notes import Note, Notes
@@ -48,18 +48,13 @@ def violations(report: Report) -> list[str]:
     for finding in findings:
         if not -TOLERANCE <= finding.share <= 1.0 + TOLERANCE:
             found.append(f"{finding.kind}: share {finding.share} outside [0, 1]")
-    claimed = sum(f.share for f in findings if shares.part_of(BY_KIND[f.kind], f) is not None)
+    claimed = sum(f.share for f in findings if KINDS[f.kind].claims(f) is not None)
     if claimed > 1.0 + TOLERANCE:
         found.append(f"the findings' shares sum to {claimed:.3f} > 1")
     if verdict.primary is not None:
         found += _verdict(report)
     for finding in findings:
-        found += _finding(finding)
-    runs_out = any(f.kind == "worker_memory" and f.severity == "high" for f in findings)
-    for finding in findings:
-        if runs_out and finding.kind != "worker_memory" and "num_workers" in finding.fix + finding.snippet \
-                and "RAM" not in finding.fix:
-            found.append(f"{finding.kind} advises workers without their RAM cost while the RAM runs out")
+        found += KINDS[finding.kind].violations(finding, findings) + _finding(finding)
     if report.loader_workers == 0 and "keeps up" in rates_sentence(report.to_json()):
         found.append("the rates sentence says a loader without workers keeps up")
     return found
@@ -74,15 +69,17 @@ def _verdict(report: Report) -> list[str]:
     if verdict.share is None or abs(verdict.share - primary.share) > TOLERANCE:
         found.append(f"verdict.share {verdict.share} is not {primary.kind}'s share {primary.share}")
     wastes = candidates([f for f in report.findings if f is not primary], Notes(()))  # its notes are not kept
-    if primary.kind == compute_bound.KIND:
+    kind = KINDS[primary.kind]
+    if kind.HEALTHY:
         if wastes:
-            found.append(f"compute_bound is the verdict, but {wastes[0].kind} is over its level "
+            found.append(f"{primary.kind} is the verdict, but {wastes[0].kind} is over its level "
                          f"({wastes[0].share:.1%})")
         return found
     if not reaches(primary):
         found.append(f"the verdict {primary.kind} has {primary.share:.1%}, not over its level")
-    if primary.kind == input_bound.KIND and input_bound.keeps_up(primary):
-        found.append("input_bound is the verdict while its workers keep up")
+    aside = kind.set_aside(primary)
+    if aside is not None:
+        found.append(f"{primary.kind} is the verdict, though its kind sets it aside ({aside})")
     larger = [f.kind for f in wastes if f.share > primary.share + TOLERANCE]
     if larger:
         found.append(f"{', '.join(larger)} has a larger share than the verdict {primary.kind}")
@@ -90,20 +87,9 @@ def _verdict(report: Report) -> list[str]:
 
 
 def _finding(finding: Finding) -> list[str]:
+    """The invariants every finding holds, whatever its kind."""
     found = []
-    evidence = finding.evidence
-    if finding.kind == input_bound.KIND:
-        part = evidence.get("dominant_part")
-        ms = {key: evidence.get(key) for key in input_bound.PART_KEYS}
-        if part is not None and input_bound.cost_to_loop(ms, part, evidence.get("loader_workers")) \
-                < input_bound.MIN_BLAMED_MS:
-            found.append(f"input_bound blames {part}, under {input_bound.MIN_BLAMED_MS} ms a batch")
-        if evidence.get("parts_below_blame") and "gpufeed pack" in finding.fix:
-            found.append("input_bound advises pre-packing for loader parts under the blame level")
-    if finding.kind == precision.KIND and "autocast_seen" not in evidence \
-            and not evidence.get("fp64_flops_per_step") and not evidence.get("float64_tensor_seen"):
-        found.append("precision claims float64 with no fp64 FLOPs counted and no float64 tensor seen")
-    for key, value in evidence.items():
+    for key, value in finding.evidence.items():
         if isinstance(value, str) and ("site-packages" in value or "dist-packages" in value):
             found.append(f"{finding.kind}: evidence {key} is an installed package's full path: {value}")
     gain = finding.gain

@@ -1,8 +1,9 @@
 """The doctor's report, in the shape docs/design.md documents: a verdict, findings with evidence and fixes, and
 typed notes (about the run, or what could not be measured). `to_json` gives exactly the documented JSON.
 
-The kinds a finding may have are the vocabulary (`KINDS`, docs/design.md's "The doctor's vocabulary"), in its
-order: one module per kind in findings/, whose `FINDINGS` lists them in the same order. The notes are doctor/notes.py's.
+The kinds a finding may have are the registered ones (registry.py's `KINDS`, docs/design.md's "The doctor's
+vocabulary"); the verdict's line takes a kind's own words from it (`Kind.verdict_words`, `verdict_addendum`:
+kind.py) without naming any. The notes are doctor/notes.py's.
 """
 
 from __future__ import annotations
@@ -11,15 +12,11 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 
+from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.notes import Note
 from gpufeed.measure.difference import WORDS, judged_ratios
 
 SEVERITIES = ("high", "medium", "low", "info")
-# the vocabulary, in its order (detection, ties for the primary kind); findings/__init__.py's FINDINGS holds a
-# module of each, in the same order
-KINDS = ("input_bound", "cpu_saturated", "host_to_device", "launch_overhead", "sync_stall", "small_batch",
-         "precision", "memory_pressure", "worker_memory", "periodic_stall", "communication", "straggler",
-         "compute_bound")
 
 
 @dataclass(frozen=True)
@@ -75,20 +72,16 @@ def verdict_headline(document: dict) -> str:
     primary = verdict["primary"]
     finding = next((f for f in document.get("findings", ()) if f["kind"] == primary), {})
     share = verdict.get("share", finding.get("share"))  # a report saved before verdict.share: its finding's
-    if primary == "compute_bound":
-        rests = (f"no waste reaches its level; the model's own work is {share:.0%} of the step"
-                 if share is not None else "no waste reaches its level")
-    else:
+    kind = KINDS.get(primary)
+    rests = kind.verdict_words(share, finding) if kind is not None else None
+    if rests is None:
         rests = f"{share:.0%} of the step" if share is not None else "share not computed"
         rests += f" ({finding['severity']})" if finding.get("severity") else ""
     tied = verdict.get("tied_with") or []
     line = f"{primary}: {rests}" + (f"; near-tie with {', '.join(tied)}" if tied else "")
-    memory = next((f for f in document.get("findings", ()) if f["kind"] == "worker_memory"
-                   and f["severity"] == "high"), None)
-    if memory is not None:  # not time, so never the verdict, but the run will not finish
-        batch = memory["evidence"].get("runs_out_at_batch")
-        line += ("; and the host's RAM runs out" + (f" at about batch {batch:,}" if batch is not None else
-                                                     " before the epoch ends") + " (worker_memory)")
+    for each in document.get("findings", ()):  # what a kind says beside any verdict (worker_memory: the RAM)
+        beside = KINDS.get(each["kind"])
+        line += beside.verdict_addendum(each) if beside is not None else ""
     return line
 
 
@@ -99,9 +92,9 @@ def rates_sentence(document: dict) -> str:
     loader, model = document.get("loader_samples_per_s"), document.get("model_samples_per_s")
     wait = document["verdict"].get("data_wait")
     workers = document.get("loader_workers")
-    if "loader_workers" not in document:  # a report saved before the key: input_bound's evidence, if any
+    if "loader_workers" not in document:  # a report saved before the key: the evidence that held it, if any
         workers = next((f["evidence"].get("loader_workers") for f in document.get("findings", ())
-                        if f["kind"] == "input_bound"), None)
+                        if "loader_workers" in _old_report_keys(f["kind"])), None)
     if model is None or model <= 0:
         return "Samples per second were not computed (the batch size was not read)."
     fed = f"the model consumes {model:,.0f} samples/s when fed instantly"
@@ -121,9 +114,15 @@ def rates_sentence(document: dict) -> str:
     return f"The loader supplies {loader:,.0f} samples/s; {fed}: {gap}."
 
 
+def _old_report_keys(name: str) -> tuple[str, ...]:
+    """The report keys a document saved before them kept in this kind's evidence (none for an unknown kind)."""
+    kind = KINDS.get(name)
+    return kind.OLD_REPORT_KEYS if kind is not None else ()
+
+
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # one of KINDS
+    kind: str  # a registered kind's name (registry.py)
     severity: str  # one of SEVERITIES
     share: float  # fraction of step time this finding accounts for
     evidence: dict  # the numbers behind it
@@ -141,7 +140,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class Verdict:
-    primary: str | None  # one of KINDS; None when no step was watched
+    primary: str | None  # a registered kind's name; None when no step was watched
     device_busy: float | None  # fraction of wall time the device computed; None when not measurable
     data_wait: float | None  # fraction of wall time spent waiting for batches; None when no step was watched
     steps: int

@@ -13,10 +13,10 @@ The step is split into parts (fractions of the watched wall time, `step_parts`):
                 ├─ busy   the device computing (on a GPU: its busy share; on the CPU all of model)
                 └─ idle   a GPU idle inside the model's part (neither waits, copies nor syncs explain it)
 
-Each kind names the part its cause lives in (`PART` in its module; `claims(finding)` where it depends on the
-evidence: launch_overhead and small_batch). A kind whose cause can be anywhere in the step (cpu_saturated,
+Each kind declares the part its cause lives in (kind.py: `Kind.claims(finding)`, its `PART` unless it depends on
+the evidence: launch_overhead and small_batch). A kind whose cause can be anywhere in the step (cpu_saturated,
 periodic_stall) claims from `step` itself. `allocate` hands time out in order of the measured shares, the largest
-first (ties: a kind that names another in its `YIELDS_TO` goes after it, then the vocabulary's order): each
+first (ties: a kind that names another in its `YIELDS_TO` goes after it, then the registry's order): each
 finding gets its measured share, capped by what is left of its part and of every part above it. A finding that
 got less keeps its measured figure in `evidence.share_measured`.
 Kinds whose time is not measured (memory_pressure: `CLAIMS_TIME = False`) keep share 0 and take nothing.
@@ -33,11 +33,10 @@ import math
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.findings.report import KINDS, Finding
+from gpufeed.doctor.findings.registry import KINDS
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
+    from gpufeed.doctor.findings.report import Finding
     from gpufeed.doctor.observation import Observation
 
 PARENT = {"data_wait": "step", "copy": "step", "sync": "step", "collective": "step", "model": "step",
@@ -71,16 +70,7 @@ def chain(part: str) -> list[str]:
     return parts
 
 
-def part_of(module: ModuleType, finding: Finding) -> str | None:
-    """The part `finding`'s cause lives in; None for a kind that claims no time."""
-    if not getattr(module, "CLAIMS_TIME", True):
-        return None
-    claims = getattr(module, "claims", None)
-    return claims(finding) if claims is not None else module.PART
-
-
-def allocate(findings: list[Finding], seen: Observation,
-             modules: dict[str, ModuleType]) -> tuple[list[Finding], dict[str, float]]:
+def allocate(findings: list[Finding], seen: Observation) -> tuple[list[Finding], dict[str, float]]:
     """The findings with disjoint shares (the module docstring), in their given order, and what is left of each
     part after them."""
     left = step_parts(seen)
@@ -88,16 +78,16 @@ def allocate(findings: list[Finding], seen: Observation,
 
     def precedence(index: int) -> tuple:
         kind = findings[index].kind
-        yields = any(other in present for other in getattr(modules[kind], "YIELDS_TO", ()))
+        yields = any(other in present for other in KINDS[kind].YIELDS_TO)
         return -round(findings[index].share, 9), yields, KINDS.index(kind)
     order = sorted(range(len(findings)), key=precedence)
     allocated = list(findings)
     for index in order:
         finding = findings[index]
-        module = modules[finding.kind]
-        part = part_of(module, finding)
+        kind = KINDS[finding.kind]
+        part = kind.claims(finding)
         evidence = dict(finding.evidence)
-        interval = share_interval(seen, getattr(module, "PER_STEP", None))
+        interval = share_interval(seen, kind.PER_STEP)
         if part is None:
             granted = 0.0
         else:

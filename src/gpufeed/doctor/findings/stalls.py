@@ -1,5 +1,5 @@
 """Slow steps: those beyond the typical time (`slow_outliers`), and the beat they fall on (`stall_period`). The
-periodic_stall finding (findings/periodic_stall.py) is built on them.
+periodic_stall finding (findings/kinds/periodic_stall.py) is built on them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the report's lines that say what a "step" was when that is not one batch through
 A step is one tick of the step clock (watch.py): one `optimizer.step()` of the first optimizer to step, when any
 steps (with two, as in a GAN, the other's steps fall inside it). With gradient accumulation one step holds several
 batches, so the report's batch size and samples/s count the samples of a step, while small_batch judges the batch
-the model sees (findings/small_batch.py).
+the model sees (findings/kinds/small_batch.py).
 
 - Training batches: each batch is named by the line that asked for it (the first frame outside torch and gpufeed:
   the training loop's `for`, an `evaluate()`'s `for`, a `next(batches)`), which stays the same when a loader or

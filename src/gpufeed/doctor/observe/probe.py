@@ -17,7 +17,7 @@ machine's noise only adds time: another process, a page fault), on CUDA with a s
 
 What it gives (`BatchProbe`, observation.py): the seconds per forward+backward at each factor; the per-sample
 cost is the slope between 1x and 4x (the widest lever arm), or, when the slope is not above zero (the growth is
-below the runs' noise), at most the 4x run's time over its samples; findings/small_batch.py takes the step's
+below the runs' noise), at most the 4x run's time over its samples; findings/kinds/small_batch.py takes the step's
 fixed cost as the model's step time less the batch times that cost: the optimizer step, the Python around the
 model and every operator's dispatch, which a larger batch spreads over more samples.
 """

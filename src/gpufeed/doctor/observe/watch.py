@@ -326,7 +326,7 @@ class Watcher:
     @property
     def records(self) -> list[StepRecord]:
         """The watched steps (on CUDA this waits for the events it reads)."""
-        return [StepRecord(**fields, kernel_launches=None, compute_s=event_pairs_seconds(regions) if regions else None,
+        return [StepRecord(**fields, compute_s=event_pairs_seconds(regions) if regions else None,
                            backward_s=backward_seconds(fields["wall_s"], fields["data_wait_s"], fields["copy_s"],
                                                        fields["sync_s"], fields["forward_s"], fields["optimizer_s"]))
                 for fields, regions, _ in self._raw]

@@ -1,5 +1,5 @@
 """The training DataLoader's workers' private memory through the watch, and what the Dataset holds that they can
-copy: the readings findings/worker_memory.py projects to the end of the epoch.
+copy: the readings findings/kinds/worker_memory.py projects to the end of the epoch.
 
 Why it grows: a forked worker shares the parent's pages until it writes one, and reading a Python object writes its
 reference count, so a Dataset that holds lists or dicts of Python objects is copied page by page into every worker
@@ -14,7 +14,7 @@ and tensors keep their data outside the objects and are not counted).
 each worker's USS (the pages only it holds: Linux's smaps_rollup, else psutil's memory_full_info; PSS where the
 OS gives no USS) and the main process's every INTERVAL_S, with the count of training batches handed out so far,
 until the watch ends; and once as soon as every worker has handed over a batch, so that the projection's baseline
-(findings/worker_memory.py) is at the same point of the epoch however fast the loop runs: read on the interval
+(findings/kinds/worker_memory.py) is at the same point of the epoch however fast the loop runs: read on the interval
 alone, it came at batch 3 of a loaded run and batch 20 of an idle one, and the projection's one-parameter fit of
 the copying moved with it (a tenth more from a later baseline, on tests/doctor/scripts/copy_on_read.py).
 """
@@ -155,7 +155,7 @@ class WorkerMemory:
         self._batches = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
-        self._wake = threading.Event()  # a reading now: the baseline's (findings/worker_memory.py), or the last
+        self._wake = threading.Event()  # a reading now: the baseline's (findings/kinds/worker_memory.py), or the last
         self._lock = threading.Lock()
         self._about: dict = {}
         self.problem: str | None = None

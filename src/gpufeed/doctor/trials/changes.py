@@ -2,7 +2,8 @@
 
 Each experiment runs the script again in this process (`run_script`: the same argv, working directory and step
 clock) with one change installed around the doctor's instrumentation. The changes and the checks that a change
-took effect are here; which finding gets which change is plan.py's (one function per kind that has one):
+took effect are here; which finding gets which change is its kind's declaration (findings/kind.py:
+`Kind.experiments`), which plan.py builds into one of these:
 - "replay" (input_bound): the DataLoader iterator's `__next__` serves its first REPLAY_BATCHES batches again, in a
   cycle, so the model runs as if input were free (the upper bound of any input fix, like a synthetic-data run:
   an experiment of role "bound", reported as `gain.bound`, never as the fix's gain);
@@ -77,6 +78,8 @@ class Experiment:
     role: str = "fix"
     # why the change did not take (given the run's watcher, the changes, the baseline's records), or None
     check: Callable[[Watcher, Changes, list[StepRecord]], str | None] = lambda watcher, changes, baseline: None
+    # compared in samples/s only: the change alters the batch size, so a rate in steps/s would mislead (runs.py)
+    samples_only: bool = False
 
 
 @dataclass
@@ -199,7 +202,8 @@ def loader_experiment(kind: str, name: str, *, workers: int | None = None, pin_m
             return f"the batch size stayed {new}: the batches do not come from a DataLoader's batch_size"
         return None
 
-    return Experiment(kind, name, description, lambda changes: loader_arguments(changes, change), check=check)
+    return Experiment(kind, name, description, lambda changes: loader_arguments(changes, change), check=check,
+                      samples_only=batch_factor != 1)
 
 
 def ddp_experiment(kind: str, name: str, *, gradient_as_bucket_view: bool = False,

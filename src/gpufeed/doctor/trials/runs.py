@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from gpufeed.doctor.findings.grading import lower_confidence, spread_confidence
 from gpufeed.doctor.findings.invariants import BEYOND_SHARE, gain_allowed
+from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.findings.report import Finding, Gain, Report
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observe.inject import describe_exception, run_script
@@ -104,7 +105,7 @@ def compare(experiment: Experiment, pairs: list[tuple[list[StepRecord], list[Ste
     runs = [records for pair in pairs for records in pair]
     samples = all(record.batch_size is not None for records in runs for record in records)
     unit = "samples/s" if samples else "steps/s"
-    if experiment.name == "double_batch" and not samples:
+    if experiment.samples_only and not samples:
         return Trial(experiment, None, unit=unit, problem="the batch size was not read, so samples/s cannot be "
                                                           "compared")
     rates = tuple((_rate(baseline, samples), _rate(changed, samples)) for baseline, changed in pairs)
@@ -199,11 +200,7 @@ def beyond_share(finding: Finding, gain: Gain) -> Gain:
             if value is not None and value > allowed]
     if not over:
         return gain
-    if finding.kind == "input_bound":
-        cause = ("the loader's work also slowed the rest of the step, which the wait does not count: its Python, "
-                 "or its workers and pin thread, shared the cores with the model's threads")
-    else:
-        cause = "the change also sped up a part of the step the share does not count, or the pairs differ by noise"
+    cause = KINDS[finding.kind].BEYOND_SHARE_CAUSE
     said = ", ".join(f"{name} {value:.2f}x" for name, value in over)
     return dataclasses.replace(gain, how=f"{gain.how}; {BEYOND_SHARE}: {said} beside a share of "
                                          f"{finding.share:.0%}, which removed whole gives "

@@ -35,16 +35,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.grading import new_finding
+from gpufeed.doctor.findings.kind import Evidence, Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 
 if TYPE_CHECKING:
     from gpufeed.doctor.notes import Notes
     from gpufeed.doctor.observation import Observation, WorkerMemoryReading
 
-KIND = "worker_memory"
-MEANING = "the DataLoader workers' memory grows as they read the Dataset's Python objects (copy-on-read)"
-CLAIMS_TIME = False  # shares.py: memory, not time; never the verdict
-RECOMMEND_AT = None
 # gpufeed's choice: growth under 8 MiB a worker over the watch is a worker's own allocations settling.
 MIN_GROWTH_BYTES = 8 * 2**20
 CURVE_POINTS = 20  # the page's projection curve
@@ -139,19 +136,6 @@ def project(reading: WorkerMemoryReading) -> Projection | None:
     return Projection(start, now, per_1000, projected, projected * nodes, additional, how, at_batch, curve)
 
 
-def timeline(reading: WorkerMemoryReading | None) -> dict | None:
-    """What the page draws: each reading (batches so far, the main process's and each worker's private bytes)
-    and the projection's curve for one worker to the end of the epoch; None without readings."""
-    if reading is None or not reading.samples:
-        return None
-    projection = project(reading)
-    return {"readings": [{"time_s": t, "batches": b, "main_bytes": main, "worker_bytes": list(workers)}
-                         for t, b, main, workers in reading.samples],
-            "projection": [list(point) for point in projection.curve] if projection else [],
-            "epoch_batches": reading.epoch_batches, "available_bytes": reading.available_bytes,
-            "workers_on_node": reading.workers * reading.ranks_on_node}
-
-
 def _fit(grown: float, k_base: float, k_now: float, copied) -> float:
     """The samples a page, s, at which copied(k_now, s) - copied(k_base, s) is `grown` (a share of the objects).
     The difference a^s - b^s (a = 1 - k_base/N, b = 1 - k_now/N) rises with s up to
@@ -176,37 +160,97 @@ def _fit(grown: float, k_base: float, k_now: float, copied) -> float:
     return math.sqrt(low * high)
 
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    reading = seen.worker_memory
-    if reading is None:
-        if seen.loader.workers:
-            notes.unmeasured("worker memory: the DataLoader's workers were not followed (its iterator was not seen)")
-        return None
-    projection = project(reading)
-    if projection is None:
-        notes.unmeasured("worker memory: too few readings past the workers' start-up, or the epoch's length is not "
-                         "known, to project it")
-        return None
-    if projection.now_bytes - projection.start_bytes < MIN_GROWTH_BYTES:
-        return None
-    available = reading.available_bytes
-    fraction = projection.additional_bytes / available if available else None
-    grade = "low" if fraction is None else "high" if fraction >= RUNS_OUT else "medium" if fraction >= HALF \
-        else "low"
-    base = _baseline(reading)
-    evidence = {"workers": reading.workers, "ranks_on_node": reading.ranks_on_node,
-                "worker_start_bytes": list(reading.samples[base][3]),
-                "worker_now_bytes": list(reading.samples[-1][3]),
-                "main_now_bytes": reading.samples[-1][2],
-                "growth_per_1000_batches_bytes": projection.growth_per_1000_batches,
-                "projected_worker_bytes": projection.projected_worker_bytes,
-                "projected_total_bytes": projection.projected_total_bytes,
-                "additional_bytes": projection.additional_bytes, "available_bytes": available,
-                "share_of_available": fraction, "runs_out_at_batch": projection.runs_out_at_batch,
-                "epoch_batches": reading.epoch_batches, "projection": projection.how,
-                "dataset_objects": [{"attribute": a.name, "type": a.type, "length": a.length, "bytes": a.bytes}
-                                    for a in reading.attributes]}
-    return new_finding(KIND, grade, 0.0, evidence, fix(evidence), "medium" if len(reading.samples) >= 8 else "low")
+@dataclass(frozen=True)
+class WorkerMemoryEvidence(Evidence):
+    """The evidence read beside the detection: by `annotate`, the verdict's line and the doctor's page."""
+
+    projected_worker_bytes: int | None
+    projected_total_bytes: int | None
+    projection: str | None
+    runs_out_at_batch: int | None
+
+
+class WorkerMemory(Kind):
+    NAME = "worker_memory"
+    MEANING = "the DataLoader workers' memory grows as they read the Dataset's Python objects (copy-on-read)"
+    CLAIMS_TIME = False  # shares.py: memory, not time
+    RECOMMEND_AT = None
+    RECOMMEND_SOURCE = "no level: memory, not time, so it claims no share and is never the verdict"
+    FIGURES = ("projected_worker_bytes", "projected_total_bytes", "share_of_available")
+
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        reading = seen.worker_memory
+        if reading is None:
+            if seen.loader.workers:
+                notes.unmeasured("worker memory: the DataLoader's workers were not followed (its iterator was not "
+                                 "seen)")
+            return None
+        projection = project(reading)
+        if projection is None:
+            notes.unmeasured("worker memory: too few readings past the workers' start-up, or the epoch's length is not "
+                             "known, to project it")
+            return None
+        if projection.now_bytes - projection.start_bytes < MIN_GROWTH_BYTES:
+            return None
+        available = reading.available_bytes
+        fraction = projection.additional_bytes / available if available else None
+        grade = "low" if fraction is None else "high" if fraction >= RUNS_OUT else "medium" if fraction >= HALF \
+            else "low"
+        base = _baseline(reading)
+        evidence = {"workers": reading.workers, "ranks_on_node": reading.ranks_on_node,
+                    "worker_start_bytes": list(reading.samples[base][3]),
+                    "worker_now_bytes": list(reading.samples[-1][3]),
+                    "main_now_bytes": reading.samples[-1][2],
+                    "growth_per_1000_batches_bytes": projection.growth_per_1000_batches,
+                    "projected_worker_bytes": projection.projected_worker_bytes,
+                    "projected_total_bytes": projection.projected_total_bytes,
+                    "additional_bytes": projection.additional_bytes, "available_bytes": available,
+                    "share_of_available": fraction, "runs_out_at_batch": projection.runs_out_at_batch,
+                    "epoch_batches": reading.epoch_batches, "projection": projection.how,
+                    "dataset_objects": [{"attribute": a.name, "type": a.type, "length": a.length, "bytes": a.bytes}
+                                        for a in reading.attributes]}
+        return new_finding(self.NAME, grade, 0.0, evidence, fix(evidence),
+                           "medium" if len(reading.samples) >= 8 else "low")
+
+    def annotate(self, findings: list[Finding]) -> list[Finding]:
+        """When it projects the RAM running out, every other fix that advises more workers says what each costs in
+        RAM."""
+        memory = next((f for f in findings if f.kind == self.NAME and f.severity == "high"), None)
+        if memory is None:
+            return findings
+        worker_bytes = WorkerMemoryEvidence.of(memory.evidence).projected_worker_bytes
+        cost = (f" Each worker costs about {worker_bytes / 2**30:.2f} GiB of RAM by the epoch's end here, and the RAM "
+                f"runs out already (worker_memory): fix that first.")
+        return [dataclasses.replace(f, fix=f.fix + cost) if f.kind != self.NAME and "num_workers" in f.fix + f.snippet
+                else f for f in findings]
+
+    def timeline(self, seen: Observation) -> dict | None:
+        """What the page draws: each reading (batches so far, the main process's and each worker's private bytes)
+        and the projection's curve for one worker to the end of the epoch; None without readings."""
+        reading = seen.worker_memory
+        if reading is None or not reading.samples:
+            return None
+        projection = project(reading)
+        return {"readings": [{"time_s": t, "batches": b, "main_bytes": main, "worker_bytes": list(workers)}
+                             for t, b, main, workers in reading.samples],
+                "projection": [list(point) for point in projection.curve] if projection else [],
+                "epoch_batches": reading.epoch_batches, "available_bytes": reading.available_bytes,
+                "workers_on_node": reading.workers * reading.ranks_on_node}
+
+    def violations(self, finding: Finding, findings: list[Finding]) -> list[str]:
+        """While it projects the RAM running out, no other fix advises workers without their cost."""
+        if finding.severity != "high":
+            return []
+        return [f"{other.kind} advises workers without their RAM cost while the RAM runs out" for other in findings
+                if other.kind != self.NAME and "num_workers" in other.fix + other.snippet and "RAM" not in other.fix]
+
+    def verdict_addendum(self, finding: dict) -> str:
+        """Memory, not time, so never the verdict: but when the run will not finish, the verdict's line says so."""
+        if finding["severity"] != "high":
+            return ""
+        batch = WorkerMemoryEvidence.of(finding["evidence"]).runs_out_at_batch
+        return ("; and the host's RAM runs out" + (f" at about batch {batch:,}" if batch is not None else
+                                                   " before the epoch ends") + " (worker_memory)")
 
 
 def fix(evidence: dict) -> tuple[str, str]:
@@ -232,15 +276,3 @@ def fix(evidence: dict) -> tuple[str, str]:
                "# before the DataLoader starts its workers\n"
                "gc.freeze()")
     return text, snippet
-
-
-def annotate(findings: list[Finding]) -> list[Finding]:
-    """When worker_memory projects the RAM running out, every other fix that advises more workers says what each
-    costs in RAM."""
-    memory = next((f for f in findings if f.kind == KIND and f.severity == "high"), None)
-    if memory is None:
-        return findings
-    cost = (f" Each worker costs about {memory.evidence['projected_worker_bytes'] / 2**30:.2f} GiB of RAM by the "
-            f"epoch's end here, and the RAM runs out already (worker_memory): fix that first.")
-    return [dataclasses.replace(f, fix=f.fix + cost) if f.kind != KIND and "num_workers" in f.fix + f.snippet
-            else f for f in findings]

@@ -14,49 +14,63 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor.findings.experiments import DdpChange, Declared
 from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
 
-KIND = "communication"
-MEANING = "gradient all-reduce is not hidden behind compute"
-PART = "collective"  # shares.py: the part of the step its cause lives in
-# torch-tb-profiler (RunProfile.analyze) recommends a fix when communication takes over 10% of the step.
-RECOMMEND_AT = 0.10
 # TensorFlow profiler (the file cited for INPUT_SHARE_* in grading.py): device collectives share, moderate >= 3%,
 # high >= 15% (the same grades as kernel launches: launch_overhead.py).
 COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH = 0.03, 0.15
 
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    world, ranks = seen.ranks.world_size, seen.ranks.per_rank
-    if world <= 1:
-        return None
-    if not ranks:
-        notes.unmeasured("communication: no rank's all-reduce was gathered")
-        return None
-    if all(r.bytes_per_step == 0 for r in ranks):
-        notes.unmeasured("communication: no DistributedDataParallel gradient all-reduce was seen (other "
-                         "collectives are not timed)")
-        return None
-    least = min(ranks, key=lambda r: r.exposed_ms)
-    exposed_ms, in_flight_ms = seen.ranks.floor_exposed_ms, seen.ranks.floor_in_flight_ms
-    if exposed_ms is None:  # no per-step readings: the least-waiting rank's means
-        exposed_ms, in_flight_ms = least.exposed_ms, least.collective_ms
-    step_ms = statistics.median(r.step_ms for r in ranks)
-    share = min(1.0, exposed_ms / step_ms)
-    if share < COMMUNICATION_SHARE_MEDIUM:
-        return None
-    nbytes = statistics.median(r.bytes_per_step for r in ranks)
-    bandwidth = nbytes / (in_flight_ms / 1000.0) / 1e9 if in_flight_ms > 0 else None
-    evidence = {"world_size": world, "communication_share": share, "exposed_ms": exposed_ms,
-                "in_flight_ms": in_flight_ms, "bytes_per_step": nbytes, "bandwidth_gb_per_s": bandwidth,
-                "step_ms": step_ms}
-    return new_finding(KIND, severity(share, COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH), share, evidence,
-                       fix(exposed_ms, nbytes), confidence(min(r.steps for r in ranks)))
+class Communication(Kind):
+    NAME = "communication"
+    MEANING = "gradient all-reduce is not hidden behind compute"
+    PART = "collective"  # shares.py: the part of the step its cause lives in
+    RECOMMEND_AT = 0.10
+    RECOMMEND_SOURCE = ("torch-tb-profiler (RunProfile.analyze) recommends a fix when communication takes over 10% "
+                        "of the step")
+    FIGURES = ("communication_share", "exposed_ms", "bandwidth_gb_per_s")
+
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        world, ranks = seen.ranks.world_size, seen.ranks.per_rank
+        if world <= 1:
+            return None
+        if not ranks:
+            notes.unmeasured("communication: no rank's all-reduce was gathered")
+            return None
+        if all(r.bytes_per_step == 0 for r in ranks):
+            notes.unmeasured("communication: no DistributedDataParallel gradient all-reduce was seen (other "
+                             "collectives are not timed)")
+            return None
+        least = min(ranks, key=lambda r: r.exposed_ms)
+        exposed_ms, in_flight_ms = seen.ranks.floor_exposed_ms, seen.ranks.floor_in_flight_ms
+        if exposed_ms is None:  # no per-step readings: the least-waiting rank's means
+            exposed_ms, in_flight_ms = least.exposed_ms, least.collective_ms
+        step_ms = statistics.median(r.step_ms for r in ranks)
+        share = min(1.0, exposed_ms / step_ms)
+        if share < COMMUNICATION_SHARE_MEDIUM:
+            return None
+        nbytes = statistics.median(r.bytes_per_step for r in ranks)
+        bandwidth = nbytes / (in_flight_ms / 1000.0) / 1e9 if in_flight_ms > 0 else None
+        evidence = {"world_size": world, "communication_share": share, "exposed_ms": exposed_ms,
+                    "in_flight_ms": in_flight_ms, "bytes_per_step": nbytes, "bandwidth_gb_per_s": bandwidth,
+                    "step_ms": step_ms}
+        return new_finding(self.NAME, severity(share, COMMUNICATION_SHARE_MEDIUM, COMMUNICATION_SHARE_HIGH), share,
+                           evidence, fix(exposed_ms, nbytes), confidence(min(r.steps for r in ranks)))
+
+    def experiments(self, finding: Finding, cuda: bool) -> Declared:
+        """The fixes that are DDP settings, run on every rank (`doctor --nproc-per-node N --try`): gradients as
+        views of the buckets, and the all-reduce in float16. A larger batch or no_sync() accumulation change the
+        optimisation: not tried."""
+        return [DdpChange("gradient_as_bucket_view", gradient_as_bucket_view=True),
+                DdpChange("fp16_compress", fp16_compress=True)], (
+            "a larger per-rank batch and no_sync() accumulation: not tried, they change the optimisation")
 
 
 def fix(exposed_ms: float, nbytes: float) -> tuple[str, str]:

@@ -24,9 +24,13 @@ or does not pin.
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor.findings.experiments import Declared, LoaderChange, Replay
 from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, severity
+from gpufeed.doctor.findings.kind import Evidence, Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.frameworks import words
 from gpufeed.doctor.frameworks.setup import PLAIN, Setup
@@ -35,11 +39,6 @@ from gpufeed.doctor.notes import Notes
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
 
-KIND = "input_bound"
-MEANING = "the step waits for the next batch (the loader is too slow)"
-PART, PER_STEP = "data_wait", "data_wait_s"  # shares.py: the part of the step its cause lives in
-# torch-tb-profiler (RunProfile.analyze) recommends a fix when the DataLoader takes over 5% of the step.
-RECOMMEND_AT = 0.05
 # gpufeed's choice: more loader processes than 8 seldom help one GPU and cost memory (one dataset copy each).
 MAX_SUGGESTED_WORKERS = 8
 # gpufeed's choice: when half the data wait is the loader starting or stopping its workers (__iter__, the final
@@ -59,28 +58,112 @@ SHORT_NAMES = {"getitem": "__getitem__", "collate": "collate", "handover": "hand
 ADVISED = ("num_workers", "persistent_workers", "prefetch_factor", "pin_memory")  # evidence.settings: as set now
 
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    totals = seen.totals
-    share = totals.share(totals.data_wait_s)
-    if share < INPUT_SHARE_MEDIUM:
-        return None
-    workers, cores = seen.loader.workers, seen.host.cpu_count
-    if workers is None:
-        notes.unmeasured("DataLoader workers: not read (the loader is not a torch DataLoader, or it was not "
-                         "reachable)")
-    suggested = min(cores, MAX_SUGGESTED_WORKERS) if cores else None
-    restart_share = seen.loader.restart_s / totals.data_wait_s
-    evidence = {"data_wait_share": share, "mean_wait_ms": 1000.0 * totals.data_wait_s / totals.steps,
-                "loader_workers": workers, "pin_memory": seen.loader.pin_memory, "cpu_count": cores,
-                "suggested_workers": suggested, "restart_share_of_wait": restart_share}
-    evidence.update(loader_parts(seen, notes))
-    evidence["workers_supply_ratio"] = supply_ratio(seen, evidence)
-    evidence.update(words.loader_evidence(seen.setup, ADVISED, notes))
-    supporting = seen.count(lambda r: r.data_wait_s >= INPUT_SHARE_MEDIUM * r.wall_s)
-    restarts = restart_share if workers and restart_share >= RESTART_SHARE else None
-    return new_finding(KIND, severity(share), share, evidence,
-                       fix(suggested, seen.on_gpu, workers, restarts, inside=evidence, setup=seen.setup),
-                       confidence(supporting))
+@dataclass(frozen=True)
+class InputBoundEvidence(Evidence):
+    """The evidence read beside the detection: by the --try plan (`experiments`), the verdict (`set_aside`) and the
+    invariants (`violations`)."""
+
+    loader_workers: int | None
+    suggested_workers: int | None
+    pin_memory: bool | None
+    restart_share_of_wait: float | None
+    framework: str | None
+    workers_supply_ratio: float | None
+    dominant_part: str | None
+    parts_below_blame: bool | None
+    getitem_ms: float | None
+    collate_ms: float | None
+    handover_ms: float | None
+    pin_ms: float | None
+
+    @property
+    def part_ms(self) -> dict:
+        """The loader's parts per batch, by their evidence keys (PART_KEYS)."""
+        return {key: getattr(self, key) for key in PART_KEYS}
+
+
+class InputBound(Kind):
+    NAME = "input_bound"
+    MEANING = "the step waits for the next batch (the loader is too slow)"
+    PART, PER_STEP = "data_wait", "data_wait_s"  # shares.py: the part of the step its cause lives in
+    RECOMMEND_AT = 0.05
+    RECOMMEND_SOURCE = ("torch-tb-profiler (RunProfile.analyze) recommends a fix when the DataLoader takes over 5% of "
+                        "the step")
+    FIGURES = ("data_wait_share", "mean_wait_ms", "loader_workers")
+    OLD_REPORT_KEYS = ("loader_workers",)  # before the report had its own, the rates sentence read it here
+    BEYOND_SHARE_CAUSE = ("the loader's work also slowed the rest of the step, which the wait does not count: its "
+                          "Python, or its workers and pin thread, shared the cores with the model's threads")
+
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        totals = seen.totals
+        share = totals.share(totals.data_wait_s)
+        if share < INPUT_SHARE_MEDIUM:
+            return None
+        workers, cores = seen.loader.workers, seen.host.cpu_count
+        if workers is None:
+            notes.unmeasured("DataLoader workers: not read (the loader is not a torch DataLoader, or it was not "
+                             "reachable)")
+        suggested = min(cores, MAX_SUGGESTED_WORKERS) if cores else None
+        restart_share = seen.loader.restart_s / totals.data_wait_s
+        evidence = {"data_wait_share": share, "mean_wait_ms": 1000.0 * totals.data_wait_s / totals.steps,
+                    "loader_workers": workers, "pin_memory": seen.loader.pin_memory, "cpu_count": cores,
+                    "suggested_workers": suggested, "restart_share_of_wait": restart_share}
+        evidence.update(loader_parts(seen, notes))
+        evidence["workers_supply_ratio"] = supply_ratio(seen, evidence)
+        evidence.update(words.loader_evidence(seen.setup, ADVISED, notes))
+        supporting = seen.count(lambda r: r.data_wait_s >= INPUT_SHARE_MEDIUM * r.wall_s)
+        restarts = restart_share if workers and restart_share >= RESTART_SHARE else None
+        return new_finding(self.NAME, severity(share), share, evidence,
+                           fix(suggested, seen.on_gpu, workers, restarts, inside=evidence, setup=seen.setup),
+                           confidence(supporting))
+
+    def set_aside(self, finding: Finding) -> str | None:
+        """Not the verdict while its workers keep up (`keeps_up`): the wait is not the loader's throughput."""
+        if not keeps_up(finding):
+            return None
+        evidence = InputBoundEvidence.of(finding.evidence)
+        return (f"verdict: not input_bound, though the steps wait {finding.share:.0%} for data: the "
+                f"{evidence.loader_workers} workers prepare {evidence.workers_supply_ratio:.1f}x the batches the model "
+                f"consumes, so the wait is not the loader's throughput (workers starting, or the queue run dry once)")
+
+    def violations(self, finding: Finding, findings: list[Finding]) -> list[str]:
+        """A part blamed ("takes the most") costs the loop at least MIN_BLAMED_MS a batch, and no pre-packing is
+        advised when every part is under it."""
+        evidence = InputBoundEvidence.of(finding.evidence)
+        found = []
+        part = evidence.dominant_part
+        if part is not None and cost_to_loop(evidence.part_ms, part, evidence.loader_workers) < MIN_BLAMED_MS:
+            found.append(f"input_bound blames {part}, under {MIN_BLAMED_MS} ms a batch")
+        if evidence.parts_below_blame and "gpufeed pack" in finding.fix:
+            found.append("input_bound advises pre-packing for loader parts under the blame level")
+        return found
+
+    def experiments(self, finding: Finding, cuda: bool) -> Declared:
+        """The replay (the bound if input were free), and the experiment of the fix it recommends: the workers kept
+        alive when restarts are most of the wait; else the suggested workers (and pinned memory on CUDA) while the
+        loader has fewer or does not pin. A cheaper sample (gpufeed pack and Feed) has no experiment: the reason
+        says so, and the finding's measured gain is then None with the bound beside it."""
+        evidence = InputBoundEvidence.of(finding.evidence)
+        found: list = [Replay()]
+        workers = evidence.suggested_workers or min(os.cpu_count() or 1, MAX_SUGGESTED_WORKERS)
+        current = evidence.loader_workers
+        restarts = evidence.restart_share_of_wait or 0.0
+        framework = evidence.framework or "torch"
+        if current and restarts >= RESTART_SHARE:
+            path = words.experiment_path(framework, {"num_workers": str(current), "persistent_workers": "True"})
+            found.append(LoaderChange("persistent_workers", workers=current, path=path))
+            return found, None
+        more = current is None or current < workers
+        pin = cuda and evidence.pin_memory is not True
+        if more or pin:
+            changes = {**({"num_workers": str(workers), "persistent_workers": "True"} if more else {}),
+                       **({"pin_memory": "True"} if pin else {})}
+            found.append(LoaderChange("workers", workers=workers if more else None, pin_memory=pin,
+                                      path=words.experiment_path(framework, changes)))
+            return found, None
+        return found, (f"the fix recommended (a cheaper sample: gpufeed pack and gpufeed.Feed) has no experiment: "
+                       f"the loader already has {current} workers (suggested {workers}), so only the bound if input "
+                       f"were free is measured")
 
 
 def supply_ratio(seen: Observation, inside: dict) -> float | None:
@@ -101,9 +184,10 @@ def supply_ratio(seen: Observation, inside: dict) -> float | None:
 
 def keeps_up(finding: Finding) -> bool:
     """The workers prepare at least KEEPS_UP_RATIO of what the model consumes, and restarts are not most of the
-    wait: then the wait is not the loader's throughput, and the finding is not the verdict (diagnose.py)."""
-    ratio = finding.evidence.get("workers_supply_ratio")
-    restarts = (finding.evidence.get("restart_share_of_wait") or 0.0) >= RESTART_SHARE
+    wait: then the wait is not the loader's throughput, and the finding is not the verdict (verdict.py)."""
+    evidence = InputBoundEvidence.of(finding.evidence)
+    ratio = evidence.workers_supply_ratio
+    restarts = (evidence.restart_share_of_wait or 0.0) >= RESTART_SHARE
     return ratio is not None and ratio >= KEEPS_UP_RATIO and not restarts
 
 

@@ -1,9 +1,10 @@
 """compute_bound: no waste reaches the level at which a fix is recommended; the step's time is the model's own
 arithmetic, and the next gain is in the model or the kernels.
 
-Judged last, over the other findings (`detect`'s `others`, their shares already disjoint: shares.py), and made only
-when none of them reaches its kind's level (diagnose.py: the verdict). Its share is what the others leave of the
-device's busy part (on the CPU, of the model's part). On a GPU busy less than DEVICE_BUSY_ENOUGH (measure/thresholds.py,
+The HEALTHY kind (kind.py): judged last, over the other findings (`detect`'s `judged`, their shares already
+disjoint: shares.py), and made only when none of them reaches its kind's level (diagnose.py: the verdict). Its
+share is what the others leave of the device's busy part (on the CPU, of the model's part). On a GPU busy less than
+DEVICE_BUSY_ENOUGH (measure/thresholds.py,
 the figure train's verdict reads too) the fix says how much of the step the device idled with no cause found above
 its level. No --try experiment.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM, confidence, new_finding
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
@@ -33,36 +35,45 @@ from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation, StepArithmetic
 
-KIND = "compute_bound"
-MEANING = "no waste reaches its level: the step is the model's own work; the next gain is in the model or kernels"
-PART = "busy"  # shares.py: the model's own arithmetic; not a waste, so it has no level
-RECOMMEND_AT = None
+class ComputeBound(Kind):
+    NAME = "compute_bound"
+    MEANING = ("no waste reaches its level: the step is the model's own work; the next gain is in the model or "
+               "kernels")
+    HEALTHY = True  # judged last, over the others; the verdict when no waste reaches its level (diagnose.py)
+    PART = "busy"  # shares.py: the model's own arithmetic; not a waste, so it has no level
+    RECOMMEND_AT = None
+    RECOMMEND_SOURCE = "no level: not a waste, but the verdict when no waste reaches its own"
+    FIGURES = ("compute_share", "device_busy", "claimed_by_others")
 
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding:
+        """The healthy finding over the others (the module docstring): `judged.findings`, their shares already
+        disjoint, and `judged.left`, what their claims left of each part of the step (shares.py)."""
+        totals = seen.totals
+        wait_share = totals.share(totals.data_wait_s)
+        busy = seen.busy()
+        share = max(0.0, judged.left["busy"])
+        enough = busy >= DEVICE_BUSY_ENOUGH if seen.on_gpu and busy is not None else None
+        evidence = {"device_busy": busy, "busy_enough": enough, "data_wait_share": wait_share,
+                    "compute_share": share, "claimed_by_others": sum(other.share for other in judged.findings)}
+        if seen.on_gpu:
+            evidence.update(seen.gpu_activity())
+        arithmetic = seen.arithmetic
+        if arithmetic is not None:
+            model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
+            peak = arithmetic.peak_flops_per_s
+            evidence.update({"flops_per_step": arithmetic.flops_per_step, "precision": arithmetic.precision,
+                             "achieved_flops_per_s": arithmetic.flops_per_step / model_step_s if model_step_s > 0
+                             else None, "fraction_of_peak": arithmetic.flops_per_step / model_step_s / peak
+                             if peak and model_step_s > 0 else None})
+        supporting = seen.count(lambda r: r.data_wait_s < INPUT_SHARE_MEDIUM * r.wall_s)
+        idle = busy if enough is False else None
+        return new_finding(self.NAME, "info", share, evidence, fix(seen.device_type, arithmetic, idle),
+                           confidence(supporting))
 
-def detect(seen: Observation, notes: Notes, others: list[Finding], left: dict[str, float]) -> Finding:
-    """The healthy finding over the others (the module docstring); `left`, what their claims left of each part
-    of the step (shares.py)."""
-    totals = seen.totals
-    wait_share = totals.share(totals.data_wait_s)
-    busy = seen.busy()
-    share = max(0.0, left["busy"])
-    enough = busy >= DEVICE_BUSY_ENOUGH if seen.on_gpu and busy is not None else None
-    evidence = {"device_busy": busy, "busy_enough": enough, "data_wait_share": wait_share, "compute_share": share,
-                "claimed_by_others": sum(other.share for other in others)}
-    if seen.on_gpu:
-        evidence.update(seen.gpu_activity())
-    arithmetic = seen.arithmetic
-    if arithmetic is not None:
-        model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
-        peak = arithmetic.peak_flops_per_s
-        evidence.update({"flops_per_step": arithmetic.flops_per_step, "precision": arithmetic.precision,
-                         "achieved_flops_per_s": arithmetic.flops_per_step / model_step_s if model_step_s > 0
-                         else None, "fraction_of_peak": arithmetic.flops_per_step / model_step_s / peak
-                         if peak and model_step_s > 0 else None})
-    supporting = seen.count(lambda r: r.data_wait_s < INPUT_SHARE_MEDIUM * r.wall_s)
-    idle = busy if enough is False else None
-    return new_finding(KIND, "info", share, evidence, fix(seen.device_type, arithmetic, idle),
-                       confidence(supporting))
+    def verdict_words(self, share: float | None, finding: dict) -> str | None:
+        """Not a waste's share but what the wastes left: the model's own work."""
+        return (f"no waste reaches its level; the model's own work is {share:.0%} of the step"
+                if share is not None else "no waste reaches its level")
 
 
 def levers(arithmetic: StepArithmetic, device_type: str) -> list[tuple[str, str]]:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.grading import OWN_LEVEL, OWN_LEVEL_SOURCE, confidence, new_finding, severity
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.frameworks import words
 from gpufeed.doctor.frameworks.setup import PLAIN, Setup
@@ -21,46 +22,48 @@ from gpufeed.doctor.notes import Notes
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
 
-KIND = "cpu_saturated"
-MEANING = "the host's cores are all busy"
-PART = "step"  # shares.py: saturated cores slow every part of the step
-# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
-RECOMMEND_AT = 0.05
 # SageMaker Debugger CPUBottleneck rule defaults: CPU above 90% while GPU utilization is below 10%.
 CPU_BUSY_PERCENT = 90.0
 CPU_BOTTLENECK_DEVICE_BUSY = 0.10
 
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    readings = [s.cpu_percent for s in seen.samples if s.cpu_percent is not None]
-    if not readings:
-        notes.unmeasured("host CPU use: no background sample was taken")
-        return None
-    cpu_percent = statistics.fmean(readings)
-    if cpu_percent <= CPU_BUSY_PERCENT:
-        return None
-    cores, threads, workers = seen.host.cpu_count, seen.host.threads, seen.loader.workers
-    busy = seen.busy()
-    if seen.on_gpu:
-        if busy is None or busy >= CPU_BOTTLENECK_DEVICE_BUSY:
+class CpuSaturated(Kind):
+    NAME = "cpu_saturated"
+    MEANING = "the host's cores are all busy"
+    PART = "step"  # shares.py: saturated cores slow every part of the step
+    RECOMMEND_AT, RECOMMEND_SOURCE = OWN_LEVEL, OWN_LEVEL_SOURCE
+    FIGURES = ("cpu_percent", "threads", "loader_workers")
+
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        readings = [s.cpu_percent for s in seen.samples if s.cpu_percent is not None]
+        if not readings:
+            notes.unmeasured("host CPU use: no background sample was taken")
             return None
-        share = 1.0 - busy  # the device idles while the host is saturated
-    else:
-        if cores is None:
-            notes.unmeasured("cores: os.cpu_count() could not tell, so CPU oversubscription is unchecked")
+        cpu_percent = statistics.fmean(readings)
+        if cpu_percent <= CPU_BUSY_PERCENT:
             return None
-        runnable = threads + (workers or 0)
-        if runnable <= cores:
-            return None
-        share = 1.0 - cores / runnable  # with R runnable threads on C cores each gets C/R of a core
-    evidence = {"cpu_percent": cpu_percent, "threads": threads, "loader_workers": workers, "cpu_count": cores,
-                "device_busy": busy}
-    if workers:  # about the loader's workers: where they are set
-        evidence.update(words.loader_evidence(seen.setup, ("num_workers",), notes))
-    supporting = sum(1 for value in readings if value > CPU_BUSY_PERCENT)
-    return new_finding(KIND, severity(share), share, evidence,
-                       fix(cores, workers, threads, seen.on_gpu, seen.setup if workers else PLAIN),
-                       confidence(supporting))
+        cores, threads, workers = seen.host.cpu_count, seen.host.threads, seen.loader.workers
+        busy = seen.busy()
+        if seen.on_gpu:
+            if busy is None or busy >= CPU_BOTTLENECK_DEVICE_BUSY:
+                return None
+            share = 1.0 - busy  # the device idles while the host is saturated
+        else:
+            if cores is None:
+                notes.unmeasured("cores: os.cpu_count() could not tell, so CPU oversubscription is unchecked")
+                return None
+            runnable = threads + (workers or 0)
+            if runnable <= cores:
+                return None
+            share = 1.0 - cores / runnable  # with R runnable threads on C cores each gets C/R of a core
+        evidence = {"cpu_percent": cpu_percent, "threads": threads, "loader_workers": workers, "cpu_count": cores,
+                    "device_busy": busy}
+        if workers:  # about the loader's workers: where they are set
+            evidence.update(words.loader_evidence(seen.setup, ("num_workers",), notes))
+        supporting = sum(1 for value in readings if value > CPU_BUSY_PERCENT)
+        return new_finding(self.NAME, severity(share), share, evidence,
+                           fix(cores, workers, threads, seen.on_gpu, seen.setup if workers else PLAIN),
+                           confidence(supporting))
 
 
 def fix(cores: int | None, workers: int | None, threads: int | None, on_gpu: bool,

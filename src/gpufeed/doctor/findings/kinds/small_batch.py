@@ -23,14 +23,18 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING
 
+from gpufeed.doctor.findings.experiments import Declared, LoaderChange
 from gpufeed.doctor.findings.grading import (
     LOW_DEVICE_BUSY,
+    OWN_LEVEL,
+    OWN_LEVEL_SOURCE,
     confidence,
     host_bound_gate,
     new_finding,
     severity,
     unexplained_idle,
 )
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 from gpufeed.doctor.observation import SMALL_BATCH
@@ -38,8 +42,6 @@ from gpufeed.doctor.observation import SMALL_BATCH
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
 
-KIND = "small_batch"
-MEANING = "the device is underfilled: raise the batch or fuse"
 # gpufeed's choice: on the CPU without the batch probe, a step under 10 ms is short enough that fixed per-step costs
 # (Python, per-operator dispatch of some microseconds) weigh on it. SMALL_BATCH is observation.py's.
 SHORT_CPU_STEP_S = 0.010
@@ -47,19 +49,6 @@ SHORT_CPU_STEP_S = 0.010
 # "A value of 0.8 or greater is necessary, but not sufficient, for effective use of the GPU. A value less than
 # 0.5 likely indicates ineffective GPU usage." utilization.gpu reads 100% whenever any kernel runs.
 LOW_SM_ACTIVITY_PERCENT = 50.0
-# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
-RECOMMEND_AT = 0.05
-
-
-def claims(finding: Finding) -> str:
-    """The part of the step it claims (shares.py): busy time in kernels that leave SMs idle (GPM), the model's
-    part for the fixed cost the batch probe measured, a GPU's idle time (a small batch on a GPU busy under half
-    the step), else the model's part (the CPU)."""
-    if "sm_idle_share_of_busy" in finding.evidence:
-        return "busy"
-    if "fixed_share_of_model" in finding.evidence:
-        return "model"
-    return "idle" if finding.evidence.get("device_busy") is not None else "model"
 
 
 def underfilled(seen: Observation) -> Finding | None:
@@ -74,7 +63,8 @@ def underfilled(seen: Observation) -> Finding | None:
     evidence = {"device_busy": busy, **activity, "batch_size": batch, "sm_idle_share_of_busy": 1 - sm / 100}
     supporting = sum(1 for sample in seen.samples
                      if sample.sm_activity_percent is not None and sample.sm_activity_percent < LOW_SM_ACTIVITY_PERCENT)
-    return new_finding(KIND, severity(share), share, evidence, fix(batch, sm, batches), confidence(supporting))
+    return new_finding(SmallBatch.NAME, severity(share), share, evidence, fix(batch, sm, batches),
+                       confidence(supporting))
 
 
 def probed(seen: Observation, batches: int) -> Finding | None:
@@ -113,38 +103,58 @@ def probed(seen: Observation, batches: int) -> Finding | None:
     if batches > 1:
         evidence["batches_per_step"] = batches
     supporting = totals.steps if probe.repeats >= 3 else 0
-    return new_finding(KIND, severity(share), share, evidence,
+    return new_finding(SmallBatch.NAME, severity(share), share, evidence,
                        fix(probe.batch, accumulated=batches, fixed=evidence), confidence(supporting))
 
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    batch, batches = seen.model_batch()
-    if seen.on_gpu and (found := underfilled(seen)) is not None:
-        return found
-    if batch is None or batch >= SMALL_BATCH:
-        return None
-    if (found := probed(seen, batches)) is not None:
-        return found
-    totals = seen.totals
-    model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps / batches
-    evidence = {"batch_size": batch, "model_step_ms": 1000.0 * model_step_s, "device_busy": seen.device_busy()}
-    if batches > 1:
-        evidence["batches_per_step"] = batches
-    if seen.on_gpu:
-        busy = seen.busy()
-        if busy is None or busy >= LOW_DEVICE_BUSY:
+class SmallBatch(Kind):
+    NAME = "small_batch"
+    MEANING = "the device is underfilled: raise the batch or fuse"
+    RECOMMEND_AT, RECOMMEND_SOURCE = OWN_LEVEL, OWN_LEVEL_SOURCE
+    FIGURES = ("batch_size", "device_busy")
+
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        batch, batches = seen.model_batch()
+        if seen.on_gpu and (found := underfilled(seen)) is not None:
+            return found
+        if batch is None or batch >= SMALL_BATCH:
             return None
-        evidence["device_busy"] = busy
-        share = unexplained_idle(seen, busy)
-        strong = host_bound_gate(seen) is not None
-        supporting = seen.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
-        return new_finding(KIND, "medium" if strong else "low", share, evidence, fix(batch, accumulated=batches),
-                           confidence(supporting) if strong else "low")
-    if model_step_s >= SHORT_CPU_STEP_S:
-        return None
-    notes.unmeasured("throughput at other batch sizes: not measured, so small_batch on the CPU is a heuristic "
-                     "(batch and step time) and claims no share of the step")
-    return new_finding(KIND, "low", 0.0, evidence, fix(batch, accumulated=batches), "low")
+        if (found := probed(seen, batches)) is not None:
+            return found
+        totals = seen.totals
+        model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps / batches
+        evidence = {"batch_size": batch, "model_step_ms": 1000.0 * model_step_s, "device_busy": seen.device_busy()}
+        if batches > 1:
+            evidence["batches_per_step"] = batches
+        if seen.on_gpu:
+            busy = seen.busy()
+            if busy is None or busy >= LOW_DEVICE_BUSY:
+                return None
+            evidence["device_busy"] = busy
+            share = unexplained_idle(seen, busy)
+            strong = host_bound_gate(seen) is not None
+            supporting = seen.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
+            return new_finding(self.NAME, "medium" if strong else "low", share, evidence,
+                               fix(batch, accumulated=batches), confidence(supporting) if strong else "low")
+        if model_step_s >= SHORT_CPU_STEP_S:
+            return None
+        notes.unmeasured("throughput at other batch sizes: not measured, so small_batch on the CPU is a heuristic "
+                         "(batch and step time) and claims no share of the step")
+        return new_finding(self.NAME, "low", 0.0, evidence, fix(batch, accumulated=batches), "low")
+
+    def claims(self, finding: Finding) -> str:
+        """The part of the step it claims (shares.py): busy time in kernels that leave SMs idle (GPM), the model's
+        part for the fixed cost the batch probe measured, a GPU's idle time (a small batch on a GPU busy under half
+        the step), else the model's part (the CPU)."""
+        if "sm_idle_share_of_busy" in finding.evidence:
+            return "busy"
+        if "fixed_share_of_model" in finding.evidence:
+            return "model"
+        return "idle" if finding.evidence.get("device_busy") is not None else "model"
+
+    def experiments(self, finding: Finding, cuda: bool) -> Declared:
+        """The DataLoader's batch_size doubled: a measurement in samples/s, not a drop-in fix."""
+        return [LoaderChange("double_batch", batch_factor=2)], None
 
 
 def fix(batch_size: int | None, sm_activity_percent: float | None = None,

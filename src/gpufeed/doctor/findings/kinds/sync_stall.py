@@ -11,33 +11,48 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM, confidence, new_finding, severity
+from gpufeed.doctor.findings.experiments import AsyncItem, Declared
+from gpufeed.doctor.findings.grading import (
+    INPUT_SHARE_MEDIUM,
+    OWN_LEVEL,
+    OWN_LEVEL_SOURCE,
+    confidence,
+    new_finding,
+    severity,
+)
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
 
-KIND = "sync_stall"
-MEANING = "the host waits on the device inside the step"
-PART, PER_STEP = "sync", "sync_s"  # shares.py: the part of the step its cause lives in
-# gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for this cause.
-RECOMMEND_AT = 0.05
 
+class SyncStall(Kind):
+    NAME = "sync_stall"
+    MEANING = "the host waits on the device inside the step"
+    PART, PER_STEP = "sync", "sync_s"  # shares.py: the part of the step its cause lives in
+    RECOMMEND_AT, RECOMMEND_SOURCE = OWN_LEVEL, OWN_LEVEL_SOURCE
+    FIGURES = ("sync_share", "syncs_per_step", "mean_sync_ms")
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    totals = seen.totals
-    sync_share = totals.share(totals.sync_s)
-    per_step = totals.sync_count / totals.steps
-    if sync_share < INPUT_SHARE_MEDIUM and not (seen.on_gpu and per_step >= 1):
-        return None
-    busy = seen.device_busy()
-    # A wait on a busy device costs only the bubble it leaves: at most the device's idle share.
-    share = min(sync_share, 1.0 - busy) if seen.on_gpu and busy is not None else sync_share
-    evidence = {"sync_share": sync_share, "syncs_per_step": per_step,
-                "mean_sync_ms": 1000.0 * totals.sync_s / totals.steps, "device_busy": busy}
-    return new_finding(KIND, severity(share), share, evidence, fix(seen.device_type),
-                       confidence(seen.count(lambda r: r.sync_count > 0)))
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        totals = seen.totals
+        sync_share = totals.share(totals.sync_s)
+        per_step = totals.sync_count / totals.steps
+        if sync_share < INPUT_SHARE_MEDIUM and not (seen.on_gpu and per_step >= 1):
+            return None
+        busy = seen.device_busy()
+        # A wait on a busy device costs only the bubble it leaves: at most the device's idle share.
+        share = min(sync_share, 1.0 - busy) if seen.on_gpu and busy is not None else sync_share
+        evidence = {"sync_share": sync_share, "syncs_per_step": per_step,
+                    "mean_sync_ms": 1000.0 * totals.sync_s / totals.steps, "device_busy": busy}
+        return new_finding(self.NAME, severity(share), share, evidence, fix(seen.device_type),
+                           confidence(seen.count(lambda r: r.sync_count > 0)))
+
+    def experiments(self, finding: Finding, cuda: bool) -> Declared:
+        if not cuda:
+            return [], "not tried: on the CPU, .item() waits for no device, so there is no wait to defer"
+        return [AsyncItem()], None
 
 
 def fix(device_type: str) -> tuple[str, str]:

@@ -11,16 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.grading import new_finding
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
 
-KIND = "memory_pressure"
-MEANING = "device memory near its limit, allocator retries, or host RAM nearly full"
-CLAIMS_TIME = False  # shares.py: its time is not measured, so it claims no share and is never the verdict
-RECOMMEND_AT = None
 # gpufeed's choice: peak memory at 90% of capacity leaves no room to raise the batch.
 MEMORY_PEAK_FRACTION = 0.90
 # Prometheus node_exporter mixin, NodeMemoryHighUtilization: host memory used (total - available) above 90%.
@@ -41,22 +38,30 @@ def _host_ram(seen: Observation, notes: Notes) -> dict | None:
             "host_samples_full": sum(1 for u, t in readings if u >= HOST_RAM_FRACTION * t)}
 
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    memory = seen.memory
-    peak, capacity, retries = memory.peak_bytes, memory.capacity_bytes, memory.allocator_retries
-    fraction = peak / capacity if peak is not None and capacity else None
-    if seen.on_gpu and (fraction is None or retries is None):
-        notes.unmeasured("device memory: the peak, the capacity or the allocator's retries were not read")
-    host = _host_ram(seen, notes)
-    host_full = host is not None and host["host_ram_used_fraction"] >= HOST_RAM_FRACTION
-    device_full = fraction is not None and fraction >= MEMORY_PEAK_FRACTION
-    if not device_full and not retries and not host_full:
-        return None
-    evidence = {"peak_gib": peak / 2**30 if peak is not None else None,
-                "capacity_gib": capacity / 2**30 if capacity else None, "peak_fraction": fraction,
-                "allocator_retries": retries, **(host or {})}
-    remedy = fix(device_full or bool(retries), host_full)
-    return new_finding(KIND, "medium" if retries else "low", 0.0, evidence, remedy, "high")
+class MemoryPressure(Kind):
+    NAME = "memory_pressure"
+    MEANING = "device memory near its limit, allocator retries, or host RAM nearly full"
+    CLAIMS_TIME = False  # shares.py: its time is not measured, so it claims no share
+    RECOMMEND_AT = None
+    RECOMMEND_SOURCE = "no level: its time is not measured, so it claims no share and is never the verdict"
+    FIGURES = ("peak_fraction", "allocator_retries")
+
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        memory = seen.memory
+        peak, capacity, retries = memory.peak_bytes, memory.capacity_bytes, memory.allocator_retries
+        fraction = peak / capacity if peak is not None and capacity else None
+        if seen.on_gpu and (fraction is None or retries is None):
+            notes.unmeasured("device memory: the peak, the capacity or the allocator's retries were not read")
+        host = _host_ram(seen, notes)
+        host_full = host is not None and host["host_ram_used_fraction"] >= HOST_RAM_FRACTION
+        device_full = fraction is not None and fraction >= MEMORY_PEAK_FRACTION
+        if not device_full and not retries and not host_full:
+            return None
+        evidence = {"peak_gib": peak / 2**30 if peak is not None else None,
+                    "capacity_gib": capacity / 2**30 if capacity else None, "peak_fraction": fraction,
+                    "allocator_retries": retries, **(host or {})}
+        remedy = fix(device_full or bool(retries), host_full)
+        return new_finding(self.NAME, "medium" if retries else "low", 0.0, evidence, remedy, "high")
 
 
 def fix(device: bool = True, host: bool = False) -> tuple[str, str]:

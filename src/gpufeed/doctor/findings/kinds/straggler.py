@@ -18,17 +18,13 @@ import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.grading import confidence, new_finding, severity
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation, RankSummary
 
-KIND = "straggler"
-MEANING = "one rank is slower than the rest"
-PART = "collective"  # shares.py: the others' wait at the all-reduce
-# gpufeed's choice: communication's level (torch-tb-profiler, 10%), as the time is spent at the same all-reduce.
-RECOMMEND_AT = 0.10
 # gpufeed's choice: a rank 10% slower than the median holds every other rank at each all-reduce.
 STRAGGLER_EXCESS = 0.10
 # gpufeed's choice: below a millisecond a step the difference is the timer's and the scheduler's, not a rank's.
@@ -43,41 +39,51 @@ def own_ms(summary: RankSummary) -> float:
     return summary.data_wait_ms + summary.compute_ms
 
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    ranks = seen.ranks.per_rank
-    if seen.ranks.world_size <= 1:
-        return None
-    if len(ranks) < 2:
-        notes.unmeasured("per-rank steps: fewer than two ranks were gathered, so stragglers are unchecked")
-        return None
-    median = statistics.median(own_ms(r) for r in ranks)
-    slowest = max(ranks, key=own_ms)
-    others = [r for r in ranks if r.rank != slowest.rank]
-    excess = own_ms(slowest) - median
-    erratic = slowest.slowest_share is not None and slowest.slowest_share < STRAGGLER_CONSISTENCY
-    if own_ms(slowest) < median * (1.0 + STRAGGLER_EXCESS) or excess < MIN_EXCESS_MS or erratic:
-        steps = [r.step_ms for r in ranks]
-        turns = (f"; the slowest rank changes from step to step (rank {slowest.rank} in "
-                 f"{slowest.slowest_share:.0%} of them)" if erratic else "")
-        notes.run(f"ranks: {len(ranks)} ranks balanced: steps {min(steps):.1f}-{max(steps):.1f} ms, own work "
-                  f"(data wait + compute) {min(map(own_ms, ranks)):.1f}-{max(map(own_ms, ranks)):.1f} ms{turns}")
-        return None
-    data_excess = slowest.data_wait_ms - statistics.median(r.data_wait_ms for r in others)
-    compute_excess = slowest.compute_ms - statistics.median(r.compute_ms for r in others)
-    cause = "input" if data_excess > compute_excess else "compute"
-    parts = {part: getattr(slowest, f"{part}_ms") - statistics.median(getattr(r, f"{part}_ms") for r in others)
-             for part in ("forward", "backward", "optimizer")}
-    part = max(parts, key=parts.get) if cause == "compute" and any(parts.values()) else None
-    cost = max(0.0, statistics.median(r.exposed_ms for r in others) - slowest.exposed_ms)
-    share = min(1.0, cost / statistics.median(r.step_ms for r in ranks))
-    evidence = {"rank": slowest.rank, "cause": cause, "own_step_ms": own_ms(slowest), "median_own_step_ms": median,
-                "slowest_in_share_of_steps": slowest.slowest_share,
-                "data_wait_excess_ms": data_excess, "compute_excess_ms": compute_excess,
-                "cost_to_others_ms": cost, "compute_part": part,
-                **{f"{name}_excess_ms": value for name, value in parts.items()}, "world_size": seen.ranks.world_size}
-    return new_finding(KIND, severity(share), share, evidence,
-                       fix(slowest.rank, cause, data_excess, compute_excess, part, parts.get(part or "", 0.0)),
-                       confidence(min(r.steps for r in ranks)))
+class Straggler(Kind):
+    NAME = "straggler"
+    MEANING = "one rank is slower than the rest"
+    PART = "collective"  # shares.py: the others' wait at the all-reduce
+    RECOMMEND_AT = 0.10
+    RECOMMEND_SOURCE = ("gpufeed's choice: communication's level (torch-tb-profiler, 10%), as the time is spent at "
+                        "the same all-reduce")
+    FIGURES = ("rank", "cause", "cost_to_others_ms")
+
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        ranks = seen.ranks.per_rank
+        if seen.ranks.world_size <= 1:
+            return None
+        if len(ranks) < 2:
+            notes.unmeasured("per-rank steps: fewer than two ranks were gathered, so stragglers are unchecked")
+            return None
+        median = statistics.median(own_ms(r) for r in ranks)
+        slowest = max(ranks, key=own_ms)
+        others = [r for r in ranks if r.rank != slowest.rank]
+        excess = own_ms(slowest) - median
+        erratic = slowest.slowest_share is not None and slowest.slowest_share < STRAGGLER_CONSISTENCY
+        if own_ms(slowest) < median * (1.0 + STRAGGLER_EXCESS) or excess < MIN_EXCESS_MS or erratic:
+            steps = [r.step_ms for r in ranks]
+            turns = (f"; the slowest rank changes from step to step (rank {slowest.rank} in "
+                     f"{slowest.slowest_share:.0%} of them)" if erratic else "")
+            notes.run(f"ranks: {len(ranks)} ranks balanced: steps {min(steps):.1f}-{max(steps):.1f} ms, own work "
+                      f"(data wait + compute) {min(map(own_ms, ranks)):.1f}-{max(map(own_ms, ranks)):.1f} ms{turns}")
+            return None
+        data_excess = slowest.data_wait_ms - statistics.median(r.data_wait_ms for r in others)
+        compute_excess = slowest.compute_ms - statistics.median(r.compute_ms for r in others)
+        cause = "input" if data_excess > compute_excess else "compute"
+        parts = {part: getattr(slowest, f"{part}_ms") - statistics.median(getattr(r, f"{part}_ms") for r in others)
+                 for part in ("forward", "backward", "optimizer")}
+        part = max(parts, key=parts.get) if cause == "compute" and any(parts.values()) else None
+        cost = max(0.0, statistics.median(r.exposed_ms for r in others) - slowest.exposed_ms)
+        share = min(1.0, cost / statistics.median(r.step_ms for r in ranks))
+        evidence = {"rank": slowest.rank, "cause": cause, "own_step_ms": own_ms(slowest), "median_own_step_ms": median,
+                    "slowest_in_share_of_steps": slowest.slowest_share,
+                    "data_wait_excess_ms": data_excess, "compute_excess_ms": compute_excess,
+                    "cost_to_others_ms": cost, "compute_part": part,
+                    **{f"{name}_excess_ms": value for name, value in parts.items()},
+                    "world_size": seen.ranks.world_size}
+        return new_finding(self.NAME, severity(share), share, evidence,
+                           fix(slowest.rank, cause, data_excess, compute_excess, part, parts.get(part or "", 0.0)),
+                           confidence(min(r.steps for r in ranks)))
 
 
 def fix(rank: int, cause: str, data_excess_ms: float, compute_excess_ms: float, part: str | None = None,

@@ -27,7 +27,6 @@ with the largest share, with the others' evidence beside its own. No --try exper
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.grading import (
@@ -38,6 +37,7 @@ from gpufeed.doctor.findings.grading import (
     severity,
     unexplained_idle,
 )
+from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
@@ -45,16 +45,9 @@ from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation, ProfileWindow, StepArithmetic
 
-KIND = "launch_overhead"
-MEANING = "the step's time goes to launching many small operators, not to arithmetic"
 # TensorFlow profiler (the file cited for INPUT_SHARE_* in grading.py): kernel launch share, moderate >= 3%,
 # high >= 15%.
 LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH = 0.03, 0.15
-# The TensorFlow profiler's "moderate" kernel-launch share is where a fix is recommended.
-RECOMMEND_AT = LAUNCH_SHARE_MEDIUM
-# shares.py: on an equal share of the same idle time, a batch known to be small is the more specific cause (the
-# host-bound gate's evidence is the same; the lever, a larger batch, is named by both).
-YIELDS_TO = ("small_batch",)
 # Holistic Trace Analysis, get_cuda_kernel_launch_stats(launch_delay_cutoff=100): a kernel that waits more than
 # 100 us after its launch is an outlier. Idle time per launched kernel below that is the launch rhythm itself.
 LAUNCH_DELAY_US = 100.0
@@ -106,7 +99,7 @@ def _on_cuda(seen: Observation, profile: ProfileWindow) -> Finding | None:
                 "operators_per_step": profile.operators_per_step, "mean_step_ms": 1000.0 * step_s,
                 "profiled_steps": len(profile.steps)}
     supporting = sum(1 for s in profile.steps if (s.kernel_busy_s or 0.0) < LOW_DEVICE_BUSY * step_s)
-    return new_finding(KIND, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
+    return new_finding(LaunchOverhead.NAME, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
                        fix("cuda"), _agreement(supporting, len(profile.steps)))
 
 
@@ -122,7 +115,7 @@ def _on_cpu(seen: Observation, profile: ProfileWindow) -> Finding | None:
                 "profiled_step_ms": profile.step_ms, "profiled_steps": len(profile.steps)}
     supporting = sum(1 for s in profile.steps if s.operators >= MANY_OPERATORS
                      and s.outside_operators_s >= PYTHON_SHARE_MEDIUM * s.wall_s)
-    return new_finding(KIND, severity(python, PYTHON_SHARE_MEDIUM, PYTHON_SHARE_HIGH), python, evidence,
+    return new_finding(LaunchOverhead.NAME, severity(python, PYTHON_SHARE_MEDIUM, PYTHON_SHARE_HIGH), python, evidence,
                        fix("cpu", seen.batch_size), _agreement(supporting, len(profile.steps)))
 
 
@@ -132,14 +125,11 @@ def _event_span_only(seen: Observation) -> Finding | None:
     if busy is None:
         return None
     share = unexplained_idle(seen, busy)
-    launches = [r.kernel_launches for r in seen.steps if r.kernel_launches is not None]
-    per_step = statistics.fmean(launches) if launches else None
-    idle_s = share * seen.totals.wall_s / seen.totals.steps
-    evidence = {"device_busy": busy, "idle_share": share, "kernel_launches_per_step": per_step,
-                "idle_us_per_launch": 1e6 * idle_s / per_step if per_step else None,
-                "mean_step_ms": 1000.0 * seen.totals.wall_s / seen.totals.steps}
+    # the kernels are not counted without the profile: the CUDA way's per-launch figures are NA here
+    evidence = {"device_busy": busy, "idle_share": share, "kernel_launches_per_step": None,
+                "idle_us_per_launch": None, "mean_step_ms": 1000.0 * seen.totals.wall_s / seen.totals.steps}
     supporting = seen.count(lambda r: r.compute_s is not None and r.compute_s < LOW_DEVICE_BUSY * r.wall_s)
-    return new_finding(KIND, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
+    return new_finding(LaunchOverhead.NAME, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
                        fix("cuda"), confidence(supporting))
 
 
@@ -172,8 +162,8 @@ def _overhead_bound(seen: Observation, arithmetic: StepArithmetic, operators: fl
     supporting = seen.count(lambda r: r.wall_s > r.data_wait_s and overhead_bound(r.wall_s - r.data_wait_s))
     batch, _ = seen.model_batch()
     remedy = overhead_fix(seen.device_type, batch, operators, evidence, seen.shape.batches_per_step is not None)
-    return new_finding(KIND, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence, remedy,
-                       confidence(supporting))
+    return new_finding(LaunchOverhead.NAME, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,
+                       remedy, confidence(supporting))
 
 
 def _by_the_profile(seen: Observation, notes: Notes) -> Finding | None:
@@ -190,22 +180,31 @@ def _by_the_profile(seen: Observation, notes: Notes) -> Finding | None:
     return _on_cuda(seen, profile)
 
 
-def claims(finding: Finding) -> str:
-    """The part of the step it claims (shares.py): a GPU's idle time for the ways that read it (`idle_share`),
-    else the model's part (the Python between operators, or the step's time beyond its arithmetic)."""
-    return "idle" if "idle_share" in finding.evidence else "model"
+class LaunchOverhead(Kind):
+    NAME = "launch_overhead"
+    MEANING = "the step's time goes to launching many small operators, not to arithmetic"
+    RECOMMEND_AT = LAUNCH_SHARE_MEDIUM
+    RECOMMEND_SOURCE = "the TensorFlow profiler's \"moderate\" kernel-launch share is where a fix is recommended"
+    # shares.py: on an equal share of the same idle time, a batch known to be small is the more specific cause (the
+    # host-bound gate's evidence is the same; the lever, a larger batch, is named by both).
+    YIELDS_TO = ("small_batch",)
+    FIGURES = ("mean_step_ms",)  # the only figure all four ways measure (the module docstring)
 
+    def claims(self, finding: Finding) -> str:
+        """The part of the step it claims (shares.py): a GPU's idle time for the ways that read it (`idle_share`),
+        else the model's part (the Python between operators, or the step's time beyond its arithmetic)."""
+        return "idle" if "idle_share" in finding.evidence else "model"
 
-def detect(seen: Observation, notes: Notes) -> Finding | None:
-    """The largest-share finding of the ways that fire (the module docstring), with the others' evidence."""
-    found = [_by_the_profile(seen, notes)]
-    if seen.arithmetic is not None and seen.profile is not None:  # else observe/ noted why
-        found.append(_overhead_bound(seen, seen.arithmetic, seen.profile.operators_per_step))
-    found = sorted((f for f in found if f is not None), key=lambda f: -f.share)
-    if not found:
-        return None
-    evidence = {key: value for other in reversed(found) for key, value in other.evidence.items()}
-    return dataclasses.replace(found[0], evidence=evidence)
+    def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
+        """The largest-share finding of the ways that fire (the module docstring), with the others' evidence."""
+        found = [_by_the_profile(seen, notes)]
+        if seen.arithmetic is not None and seen.profile is not None:  # else observe/ noted why
+            found.append(_overhead_bound(seen, seen.arithmetic, seen.profile.operators_per_step))
+        found = sorted((f for f in found if f is not None), key=lambda f: -f.share)
+        if not found:
+            return None
+        evidence = {key: value for other in reversed(found) for key, value in other.evidence.items()}
+        return dataclasses.replace(found[0], evidence=evidence)
 
 
 def fix(device_type: str, batch_size: int | None = None) -> tuple[str, str]:
