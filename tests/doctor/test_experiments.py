@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, dataloader
 
 from gpufeed.cli.main import main
 from gpufeed.doctor.findings.grading import spread_confidence
-from gpufeed.doctor.findings.report import Finding, Report, Verdict, gain_headline
+from gpufeed.doctor.findings.report import Finding, Report, Verdict, gain_headline, verdict_headline
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.runs.runner import Run
 from gpufeed.doctor.runs.script import Script, WatchSettings
@@ -334,6 +334,14 @@ def test_the_confidence_after_try_follows_the_spread_of_the_pairs() -> None:
     assert gain_headline(gain.to_json()) == ("DataLoader(num_workers=2, persistent_workers=True): 1.20x "
                                              "(1.00–1.45 over 3 pairs), not told apart from no change; if input "
                                              "were free (the bound, not a fix): 2.00x")
+    # the fix gained nothing real: the verdict's line says so and names the other remedy, the pack
+    tried = dataclasses.replace(report, findings=findings).to_json()
+    assert verdict_headline(tried) == (
+        "input_bound: share not computed (high); its fix measured no gain (DataLoader(num_workers=2, "
+        "persistent_workers=True): 1.20x over 3 pairs, not told apart from no change): next, make each sample "
+        "cheaper: decode once with gpufeed pack and read the packed file with gpufeed.Feed (the fix's other "
+        "remedy; its code follows `# or:`)")
+    assert verdict_headline(report.to_json()) == "input_bound: share not computed (high)"  # before --try
     tight = StubRunner([[0.1] * 5, [0.05] * 5] * 3 + [[0.1] * 5, [0.05] * 5, [0.1] * 5, [0.1 / 2.1] * 5,
                                                       [0.1] * 5, [0.1 / 1.9] * 5])
     findings, _ = run_experiments(Script("train.py"), report, WatchSettings(5, 2), repeats=3, runner=tight)

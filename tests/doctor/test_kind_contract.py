@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from observations import by_kind, host, on_cpu, on_gpu, steps
@@ -72,7 +71,7 @@ def registered():
 def terminal(report) -> str:
     """What `gpufeed doctor` prints for `report` (cli/doctor_show.py)."""
     with console.capture() as captured:
-        show(report, SimpleNamespace(seen={"batches": 20}), None, report.notes)
+        show(report, True, None, report.notes)
     return captured.get()
 
 

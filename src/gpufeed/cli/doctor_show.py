@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufeed.cli.output import console, error_console
-from gpufeed.doctor.findings.report import gain_headline, rates_sentence, verdict_headline
+from gpufeed.doctor.findings.report import gain_headline, gained_nothing, rates_sentence, verdict_headline
 
 
 def evidence_value(value) -> str:
@@ -52,7 +52,9 @@ def show(report, batch_from_loader: bool, problem: str | None, notes: list, show
     console.print(_findings_table(report))
     for finding in report.findings:
         if finding.fix:
-            console.print(Text(f"{finding.kind}: {finding.fix}", style="bold"))
+            measured = " (its --try gain: none, see the verdict)" if finding.gain is not None and \
+                gained_nothing(finding.gain.to_json()) else ""
+            console.print(Text(f"{finding.kind}{measured}: {finding.fix}", style="bold"))
         if finding.snippet:
             console.print(Text("    " + finding.snippet.replace("\n", "\n    ")))
     show_gains(report)

@@ -28,7 +28,8 @@ The contract, in the order of a report's making:
 - `timeline(seen)`: what it adds to the report's timeline under its name (worker_memory's readings), or None;
 - `violations(finding, findings)`: the invariants of its own that a report must hold (invariants.py);
 - `verdict_words(share, finding)` and `verdict_addendum(finding)`: its words in the verdict's line, as the
-  verdict and beside another verdict (report.verdict_headline, on a saved document's dicts); `OLD_REPORT_KEYS`:
+  verdict and beside another verdict (report.verdict_headline, on a saved document's dicts); `next_remedy(finding)`:
+  what the line names instead when --try measured the recommended fix and it gained nothing real; `OLD_REPORT_KEYS`:
   report keys that documents saved before them kept in this kind's evidence (report.rates_sentence);
 - `experiments(finding, cuda)`: its --try experiments as data (experiments.py), built and run by trials/, and
   why none or no more are tried; `BEYOND_SHARE_CAUSE`: why a measured gain may exceed what its share allows;
@@ -136,6 +137,11 @@ class Kind:
     def verdict_addendum(self, finding: dict) -> str:
         """What the verdict's line adds for this kind's `finding` (its saved dict) whatever the verdict is."""
         return ""
+
+    def next_remedy(self, finding: dict) -> str | None:
+        """What to try when --try measured this kind's recommended fix and it gained nothing real (said in the
+        verdict's line, which then no longer leads with that fix); None: no other remedy is named."""
+        return None
 
     def experiments(self, finding: Finding, cuda: bool) -> Declared:
         """The --try experiments that test `finding`'s fix on this device, and why none or no more are tried."""

@@ -65,7 +65,8 @@ def gain_headline(gain: dict) -> str:
 
 def verdict_headline(document: dict) -> str:
     """The verdict in a line, with the share it rests on: "input_bound: 24% of the step (high); near-tie with
-    sync_stall". A report without a verdict says so."""
+    sync_stall"; when --try measured the verdict's fix and it gained nothing real, that and the next remedy. A
+    report without a verdict says so."""
     verdict = document["verdict"]
     if verdict.get("primary") is None:
         return "no verdict: no training step was watched"
@@ -79,10 +80,32 @@ def verdict_headline(document: dict) -> str:
         rests += f" ({finding['severity']})" if finding.get("severity") else ""
     tied = verdict.get("tied_with") or []
     line = f"{primary}: {rests}" + (f"; near-tie with {', '.join(tied)}" if tied else "")
+    line += _fix_without_gain(finding.get("gain"), kind.next_remedy(finding) if kind is not None else None)
     for each in document.get("findings", ()):  # what a kind says beside any verdict (worker_memory: the RAM)
         beside = KINDS.get(each["kind"])
         line += beside.verdict_addendum(each) if beside is not None else ""
     return line
+
+
+def gained_nothing(gain: dict | None) -> bool:
+    """--try measured the recommended fix (a finding's saved `gain`) and its pairs show no real gain
+    (measure/difference.py's rule: not told apart from no change, or a real loss); False when not tried, not
+    measured, judged on one pair (not judged) or a real gain."""
+    if not gain or gain.get("measured") is None or not gain.get("range"):
+        return False
+    real = judged_ratios(gain["range"][0], gain["range"][1], gain.get("pairs") or 0)
+    return real is False or (real is True and gain["measured"] < 1.0)
+
+
+def _fix_without_gain(gain: dict | None, next_remedy: str | None) -> str:
+    """What the verdict's line adds when the verdict's fix gained nothing (`gained_nothing`): that fix is then not
+    the headline's advice, and the kind's next remedy is named (or that none is)."""
+    if not gained_nothing(gain):
+        return ""
+    how = "slower" if judged_ratios(gain["range"][0], gain["range"][1], gain["pairs"]) else WORDS[False]
+    said = (f"; its fix measured no gain ({gain.get('change') or 'the change'}: {gain['measured']:.2f}x over "
+            f"{gain['pairs']} pairs, {how})")
+    return said + (f": next, {next_remedy}" if next_remedy else ": no other remedy is named here")
 
 
 def rates_sentence(document: dict) -> str:

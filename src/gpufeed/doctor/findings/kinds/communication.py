@@ -37,6 +37,10 @@ class Communication(Kind):
                         "of the step")
     FIGURES = ("communication_share", "exposed_ms", "bandwidth_gb_per_s")
 
+    def next_remedy(self, finding: dict) -> str | None:
+        return ("more compute per all-reduce: a larger per-rank batch, or accumulation with no_sync() on all "
+                "micro-batches but the last (they change the optimisation, so --try does not try them)")
+
     def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
         world, ranks = seen.ranks.world_size, seen.ranks.per_rank
         if world <= 1:

@@ -94,6 +94,10 @@ class InputBound(Kind):
     BEYOND_SHARE_CAUSE = ("the loader's work also slowed the rest of the step, which the wait does not count: its "
                           "Python, or its workers and pin thread, shared the cores with the model's threads")
 
+    def next_remedy(self, finding: dict) -> str | None:
+        return ("make each sample cheaper: decode once with gpufeed pack and read the packed file with gpufeed.Feed "
+                "(the fix's other remedy; its code follows `# or:`)")
+
     def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
         totals = seen.totals
         share = totals.share(totals.data_wait_s)
