@@ -8,7 +8,11 @@ from gpufeed.units import (
     NA,
     bytes_as,
     bytes_text,
+    decimal_bytes,
+    duration_text,
     fixed,
+    human_bytes,
+    money_text,
     not_available,
     percent,
     plain_number,
@@ -49,6 +53,18 @@ def test_size_switches_to_mebibytes_under_one_gibibyte():
     assert size_text(5 * 2**30 // 4, gib_digits=2, mib_digits=1) == "1.25 GiB"
 
 
+def test_human_bytes_as_pack_prints_them():
+    assert human_bytes(0) == "0 B" and human_bytes(1023) == "1023 B"
+    assert human_bytes(1536) == "1.5 KiB"  # 1,536 / 1,024
+    assert human_bytes(1536 * 2**20) == "1.5 GiB"
+    assert human_bytes(5 * 2**40) == "5120.0 GiB"  # stops at GiB, without a separator
+
+
+def test_decimal_bytes_as_the_cache_limit_is_given():
+    assert decimal_bytes(999) == "999 B" and decimal_bytes(1000) == "1.0 kB"
+    assert decimal_bytes(20 * 10**9) == "20.0 GB" and decimal_bytes(1_500_000_000_000) == "1.5 TB"
+
+
 def test_fixed_decimals_and_rates():
     assert fixed(1979.4, 0, "samples/s") == "1,979 samples/s"
     assert fixed(12.345, 1, "GB/s", grouped=False) == "12.3 GB/s"
@@ -67,3 +83,15 @@ def test_plain_number_by_size():
     assert plain_number(0.00002) == "2e-05"  # under 1e-3: 3 significant digits in the exponent form
     assert plain_number(0.0) == "0" and plain_number(math.nan) == "NA" and plain_number(math.inf) == "inf"
     assert plain_number(2 / 3, 2) == "0.67"
+
+
+def test_durations_from_hours():
+    assert duration_text(3.24) == "3.2 h"
+    assert duration_text(0.25) == "15 min"  # a quarter of an hour
+    assert duration_text(40 / 3600) == "40 s"
+    assert duration_text(5 / 3_600_000) == "5 ms"  # 5 ms in hours
+    assert duration_text(1e-9) == "under 1 ms"  # 3.6 µs
+
+
+def test_money():
+    assert money_text(1234.567) == "$1,234.57" and money_text(0.005) == "$0.01" and money_text(0.001) == "under a cent"

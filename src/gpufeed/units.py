@@ -1,4 +1,5 @@
-"""Figures as a person reads them: bytes, rates, shares and plain numbers, and one spelling of "not available".
+"""Figures as a person reads them: bytes, rates, durations, money, shares and plain numbers, and one spelling of
+"not available".
 
 The terminal (`cli/`) and the pages (`report/`) print through these, so a figure reads the same in both. A figure
 that is not available is None here and prints as NA (nvitop's spelling; hardware/na.py's reading prints as
@@ -8,6 +9,7 @@ Nothing here imports the rest of gpufeed.
     bytes_text(1536 * 2**20)                      # '1.5 GiB'
     bytes_text(peak, "MiB", digits=1)             # '1,234.5 MiB'
     fixed(samples_per_s, 0, "samples/s")          # '1,979 samples/s'
+    duration_text(0.25)                           # '15 min'
 """
 
 from __future__ import annotations
@@ -69,3 +71,38 @@ def size_text(value: float | None, gib_digits: int = 1, mib_digits: int = 0) -> 
     if value is None:
         return NA
     return bytes_text(value, "GiB", gib_digits) if value >= GIB else bytes_text(value, "MiB", mib_digits)
+
+
+def human_bytes(count: int) -> str:
+    """Bytes in the largest binary unit under 1024 of it, up to GiB: 512 B, 1.5 KiB, 2.0 GiB (as pack prints)."""
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def decimal_bytes(count: int) -> str:
+    """Bytes in powers of 1000 (kB, MB, GB, TB), as sizes such as GPUFEED_CACHE_LIMIT=20GB are given."""
+    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count} B"
+
+
+def duration_text(hours: float) -> str:
+    """Hours as a person reads them: 3.2 h, 14 min, 40 s, 5 ms, under 1 ms."""
+    if hours >= 1:
+        return f"{hours:.1f} h"
+    if hours * 60 >= 1:
+        return f"{hours * 60:.0f} min"
+    seconds = hours * 3600
+    if seconds >= 1:
+        return f"{seconds:.0f} s"
+    return f"{seconds * 1000:.0f} ms" if seconds * 1000 >= 1 else "under 1 ms"
+
+
+def money_text(usd: float) -> str:
+    """Dollars with cents: $1,234.56; under a cent says so."""
+    return f"${usd:,.2f}" if usd >= 0.005 else "under a cent"

@@ -13,11 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufeed.cli.output import add_json_flag, console, emit_json, to_jsonable
-from gpufeed.cli.pack import decimal_bytes
 from gpufeed.data.pack.cache import CacheSummary, cache_summary
 from gpufeed.errors import GpufeedError
 from gpufeed.hardware.na import is_na
 from gpufeed.hardware.probe import MachineInfo, probe_machine
+from gpufeed.units import decimal_bytes
 
 EPILOG = """\
 examples:

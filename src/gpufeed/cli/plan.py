@@ -15,6 +15,7 @@ from gpufeed.cli.output import (
     error_console,
 )
 from gpufeed.errors import ConfigError
+from gpufeed.units import duration_text
 
 EXAMPLES = """examples:
   gpufeed plan --model resnet18 --input 3x224x224 --classes 1000 --batch-size 256 --dataset-size 1281167 --epochs 90
@@ -241,8 +242,6 @@ def _money(value) -> str:
 
 
 def _show(plan) -> None:
-    from gpufeed.plan.rank import duration_text
-
     _memory(plan)
     _host(plan)
     ranking = Table(title=f"GPUs ranked ({plan.request.gpus} per run; rent per GPU-hour, buy as sold)")

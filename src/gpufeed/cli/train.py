@@ -19,7 +19,7 @@ from gpufeed.cli.output import (
     emit_json,
     error_console,
 )
-from gpufeed.cli.pack import decimal_bytes, print_skipped, progress_bar
+from gpufeed.cli.pack import print_skipped, progress_bar
 from gpufeed.errors import ConfigError, Interrupted
 from gpufeed.torchrun import launch
 from gpufeed.train.config import TrainConfig
@@ -33,6 +33,7 @@ from gpufeed.train.events import (
     TrainResult,
 )
 from gpufeed.train.outputs import read_contents
+from gpufeed.units import decimal_bytes
 
 EXAMPLES = """examples:
   gpufeed train                                   # the CNN on the built-in dataset, on the best device here
