@@ -100,7 +100,7 @@ def test_a_precision_run_whose_loss_diverged_makes_a_bench_page():
     bench["precision_runs"][-1]["validation_loss"] = None  # fp16 overflowed: the loss was NaN
     text = visible(parse_page(render(bench)))
     row = bench["precision_runs"][-1]
-    assert re.search(rf"{row['precision']} {row['device']} \S+ n/a {row['seconds']:.2f}", text)
+    assert re.search(rf"{row['precision']} {row['device']} \S+ NA {row['seconds']:.2f}", text)
 
 
 def test_a_train_run_with_no_finite_loss_says_so_instead_of_an_empty_panel():
@@ -130,7 +130,7 @@ def test_nan_written_by_another_json_writer_reads_as_null(tmp_path: Path):
     source.write_text(re.sub(r'"test_loss": [^,]+,', '"test_loss": NaN,', text, count=1), encoding="utf-8")
     document = load_document(source)  # the fixture is saved under the old names: read under today's
     assert document["validation_loss"] is None and "test_loss" not in document
-    assert "validation loss n/a" in visible(parse_page(render(document)))
+    assert "validation loss NA" in visible(parse_page(render(document)))
 
 
 def test_a_zero_or_slower_gain_draws_on_a_linear_axis():
@@ -238,35 +238,35 @@ def test_a_machine_the_probe_could_not_read_shows_its_reasons():
     machine = load("train")["about"]["machine"]
     text = conditions({"machine": {**machine, "cpu": {"model": {"reason": "no /proc/cpuinfo"},
                                                        "usable_cores": {"reason": "no affinity"}}}})
-    assert "CPU n/a (no /proc/cpuinfo), n/a (no affinity) usable cores" in text
+    assert "CPU NA (no /proc/cpuinfo), NA (no affinity) usable cores" in text
     assert "{'reason'" not in text
-    assert "machine n/a (probe failed)" in conditions({"machine": {"reason": "probe failed"}})
+    assert "machine NA (probe failed)" in conditions({"machine": {"reason": "probe failed"}})
     text = conditions({"machine": {"cpu": {"reason": "x"}, "memory": {"reason": "y"}, "accelerators": {"reason": "z"},
                                    "software": {"reason": "w"}}})
-    assert "CPU n/a (x) RAM n/a (y) accelerators n/a (z) versions n/a (w)" in text
+    assert "CPU NA (x) RAM NA (y) accelerators NA (z) versions NA (w)" in text
 
 
 def test_accelerators_with_memory_not_read_and_none_with_the_reason():
     machine = load("train")["about"]["machine"]
     gpu = {"name": "NVIDIA H100", "memory_bytes": {"reason": "NVML failed"}, "driver_version": {"reason": "NVML"}}
-    assert "accelerators NVIDIA H100 (memory n/a) versions" in conditions({"machine": {**machine,
+    assert "accelerators NVIDIA H100 (memory NA) versions" in conditions({"machine": {**machine,
                                                                                       "accelerators": [gpu]}})
     assert "accelerators none (torch 2.13.0+cpu was built without CUDA)" in conditions({})
 
 
 def test_argv_absent_or_not_a_list():
-    assert conditions({"argv": None}).startswith("command n/a date")
+    assert conditions({"argv": None}).startswith("command NA date")
     assert conditions({"argv": "gpufeed train"}).startswith("command gpufeed train date")
     document = load("train")
     del document["about"]["argv"], document["about"]["created"]
     text = visible(parse_page(render(document)))
-    assert "command n/a date n/a gpufeed" in text
+    assert "command NA date NA gpufeed" in text
 
 
 def test_number_formatting_of_nan():
     from gpufeed.report.html import number
 
-    assert number(math.nan) == "n/a" and number(math.inf) == "inf"
+    assert number(math.nan) == "NA" and number(math.inf) == "inf"
 
 
 def test_settings_by_name_read_as_python_arguments_on_the_page_and_the_terminal():
@@ -278,4 +278,4 @@ def test_settings_by_name_read_as_python_arguments_on_the_page_and_the_terminal(
     assert number(settings) == ("dataloader_num_workers=0, dataloader_prefetch_factor=None, "
                                 "multiprocessing_context='spawn'")
     assert evidence_value(settings) == "(" + number(settings) + ")"
-    assert number({"reason": "not read"}) == "n/a (not read)"  # the NA value keeps its own form
+    assert number({"reason": "not read"}) == "NA (not read)"  # the NA value keeps its own form

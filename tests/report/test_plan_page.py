@@ -16,8 +16,8 @@ from pagecheck import external_urls, page_structure  # the same checks as the be
 
 from gpufeed.cli.main import main
 from gpufeed.report.document import render
-from gpufeed.report.html import size_text
 from gpufeed.report.plan_page import plan_page, scientific
+from gpufeed.units import size_text
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from gpufeed.measure.timing import spread
+from gpufeed.units import percent
 
 OTHER_PROCESSES_LIMIT = 0.10  # other processes used over 10% of this process's usable cores
 STEAL_LIMIT = 0.05  # the hypervisor took over 5% of CPU time for other guests
@@ -134,7 +135,7 @@ def busy_sentence(verdict: MachineBusy) -> str:
     """'figures unreliable: ...' when busy, else the readings that say the machine was quiet."""
     if verdict.busy:
         return "figures unreliable: " + "; ".join(verdict.reasons) + "."
-    steal = "n/a" if verdict.steal_share is None else f"{verdict.steal_share:.0%}"
+    steal = percent(verdict.steal_share)
     return (f"machine quiet during the bench ({verdict.window_s:.0f} s): other processes "
             f"{verdict.other_processes_cpu_share:.0%} of {verdict.usable_cores} cores, steal {steal}, "
             f"{spread_text(verdict)}.")

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from gpufeed.bench.results import GpuAnswer, GpuEstimate, TrainStepResult
 from gpufeed.bench.steps import CLASSES, SAMPLE_SHAPE
 from gpufeed.hardware.na import NA, is_na
+from gpufeed.units import bytes_text
 
 GPU_PRECISION = "bf16"  # what gpufeed train picks on a GPU that has it
 FASTEST_SHOWN = 3
@@ -98,4 +99,5 @@ def answer_sentence(answer: GpuAnswer) -> str:
     return (f"{where}: this {answer.model.upper()} training step (batch {answer.batch_size}, "
             f"{answer.cpu_step_s * 1e3:,.0f} ms on this CPU in {answer.cpu_precision}) would run about {listed} "
             f"(gpufeed plan's roofline in {answer.gpu_precision}: the step's {answer.flops_per_step / 1e9:.1f} "
-            f"GFLOPs and {answer.bytes_per_step / 1e9:.2f} GB at each card's peak and bandwidth{caveat}).")
+            f"GFLOPs and {bytes_text(answer.bytes_per_step, 'GB', 2, grouped=False)} at each card's peak and "
+            f"bandwidth{caveat}).")

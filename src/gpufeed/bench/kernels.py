@@ -25,6 +25,7 @@ from gpufeed.hardware.na import NA, is_na
 from gpufeed.hardware.peak import NO_TF32_ON_CPUS
 from gpufeed.hardware.precisions import PRECISION_SPECS, PRECISIONS
 from gpufeed.hardware.tf32 import tf32_flags
+from gpufeed.units import bytes_text
 
 DTYPES = {name: spec.compute_dtype for name, spec in PRECISION_SPECS.items()}  # the matrix products' dtype
 CPU_SIZES = (128, 256, 512, 1024)  # quick: seconds on a few cores
@@ -87,8 +88,8 @@ def cap_sizes_for_memory(sizes: Sequence[int], precision: str, free_bytes: int |
         if needed <= fraction * free_bytes:
             kept.append(n)
         else:
-            dropped.append(f"{n} x {n} x {n}: needs {needed / 2**30:.2f} GiB, over {fraction:.0%} of the "
-                           f"{free_bytes / 2**30:.2f} GiB free")
+            dropped.append(f"{n} x {n} x {n}: needs {bytes_text(needed, 'GiB', 2, grouped=False)}, over "
+                           f"{fraction:.0%} of the {bytes_text(free_bytes, 'GiB', 2, grouped=False)} free")
     return kept, dropped
 
 

@@ -18,6 +18,7 @@ from gpufeed.hardware.na import NA, is_na
 from gpufeed.hardware.pcie import NARROW_THEORETICAL_GB_PER_S, pcie_theoretical_gb_per_s
 from gpufeed.hardware.probe import nvml_index_for_cuda
 from gpufeed.measure.timing import time_call
+from gpufeed.units import bytes_as
 
 MIB = 1 << 20
 
@@ -139,8 +140,8 @@ def _pageable_advice(results: Sequence[LinkResult]) -> list[str]:
             continue
         direction = result.direction.replace("_", " ")
         lines.append(f"Copies {direction} from pageable memory ran at {result.gb_per_s:.2f} GB/s against "
-                     f"{fast:.2f} GB/s from pinned memory ({result.bytes / MIB:g} MiB): stage batches in pinned "
-                     f"memory (pin_memory=True) and copy with non_blocking=True.")
+                     f"{fast:.2f} GB/s from pinned memory ({bytes_as(result.bytes, 'MiB'):g} MiB): stage batches in "
+                     f"pinned memory (pin_memory=True) and copy with non_blocking=True.")
     return lines
 
 

@@ -7,6 +7,7 @@ from gpufeed.bench.gpu_answer import answer_sentence
 from gpufeed.bench.link import link_advice
 from gpufeed.bench.results import BenchResult, KernelResult, TrainStepResult
 from gpufeed.hardware.peak import Peak
+from gpufeed.units import fixed
 
 
 def _best(kernels: list[KernelResult], device: str, precision: str, op: str = "matmul") -> KernelResult | None:
@@ -31,7 +32,7 @@ def _step_sentence(steps: list[TrainStepResult]) -> str | None:
         return None
     best = max(faster, key=lambda s: s.speedup_vs_cpu_fp32)
     return (f"On this machine {best.device} trains the CNN {best.speedup_vs_cpu_fp32:.1f}x faster than the CPU in "
-            f"fp32 ({best.precision}, batch {best.batch_size}: {best.samples_per_s:,.0f} samples/s).")
+            f"fp32 ({best.precision}, batch {best.batch_size}: {fixed(best.samples_per_s, 0, 'samples/s')}).")
 
 
 def _precision_sentence(steps: list[TrainStepResult]) -> str | None:

@@ -9,6 +9,7 @@ from rich.table import Table
 from gpufeed.bench.busy import busy_sentence
 from gpufeed.bench.gpu_answer import factor_text
 from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document, error_console
+from gpufeed.units import NA, fixed
 
 EXAMPLES = """examples:
   gpufeed bench --quick                         # under a minute on 2 cores, busy or not: fewer sizes and repeats
@@ -53,8 +54,8 @@ def _kernel_table(result) -> Table:
         peak = peaks.get((kernel.device, kernel.precision))
         bound = "" if peak is None else {"at most ": "≤", "at least ": "≥"}.get(peak.bound_word(of_peak=True), "")
         table.add_row(kernel.op, kernel.device, kernel.precision, kernel.size, f"{kernel.tflops:.3f}",
-                      "NA" if kernel.fraction_of_peak is None else f"{bound}{kernel.fraction_of_peak:.0%}",
-                      f"{kernel.seconds_median * 1e3:.3f}", "NA" if ratio is None else f"{ratio:.1f}x",
+                      NA if kernel.fraction_of_peak is None else f"{bound}{kernel.fraction_of_peak:.0%}",
+                      f"{kernel.seconds_median * 1e3:.3f}", NA if ratio is None else f"{ratio:.1f}x",
                       str(kernel.runs))
     return table
 
@@ -64,7 +65,7 @@ def _steps_table(result) -> Table:
     for column in ("model", "device", "precision", "batch", "samples/s", "x CPU fp32", "runs"):
         table.add_column(column)
     for step in result.train_steps:
-        speedup = "NA" if step.speedup_vs_cpu_fp32 is None else f"{step.speedup_vs_cpu_fp32:.1f}x"
+        speedup = NA if step.speedup_vs_cpu_fp32 is None else f"{step.speedup_vs_cpu_fp32:.1f}x"
         table.add_row(step.model, step.device, step.precision, str(step.batch_size), f"{step.samples_per_s:,.0f}",
                       speedup, str(step.runs))
     return table
@@ -84,14 +85,14 @@ def _gpu_table(answer) -> Table:
 
 def _show(result) -> None:
     for peak in result.peaks:
-        value = "NA" if peak.tflops is None else f"{peak.bound_word()}{peak.tflops:.3f} TFLOP/s"
+        value = NA if peak.tflops is None else f"{peak.bound_word()}{peak.tflops:.3f} TFLOP/s"
         console.print(f"peak {peak.device} {peak.precision}: {value} — {peak.derivation}")
     console.print(_kernel_table(result))
     console.print(_steps_table(result))
     for link in result.link:
-        theory = "NA" if link.theoretical_gb_per_s is None else f"{link.theoretical_gb_per_s:.1f}"
-        console.print(f"link {link.direction} {'pinned' if link.pinned else 'pageable'}: {link.gb_per_s:.1f} GB/s "
-                      f"(link allows {theory} GB/s; {link.runs} runs)")
+        theory = fixed(link.theoretical_gb_per_s, 1, grouped=False)
+        console.print(f"link {link.direction} {'pinned' if link.pinned else 'pageable'}: "
+                      f"{fixed(link.gb_per_s, 1, 'GB/s', grouped=False)} (link allows {theory} GB/s; {link.runs} runs)")
     for run in result.precision_runs:
         console.print(f"training in {run.precision} on {run.device}: validation accuracy "
                       f"{run.validation_accuracy:.1%}, {run.seconds:.1f} s, {run.steps} steps")

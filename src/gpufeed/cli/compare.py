@@ -10,6 +10,7 @@ from rich.text import Text
 
 from gpufeed.cli.output import add_html_flag, add_json_flag, check_output_paths, console, emit_document
 from gpufeed.report.compare_markdown import cell, judged
+from gpufeed.units import NA
 
 EXAMPLES = """examples:
   gpufeed doctor --json before.json train.py         # then change the script, and
@@ -71,8 +72,8 @@ def figures_table(document: dict) -> Table:
         unit, interval = figure["unit"], figure["interval"]
         difference = figure["difference"]
         table.add_row(("  " * figure["level"]) + figure["name"], unit, cell(figure["base"], unit),
-                      cell(figure["new"], unit), "NA" if difference is None else f"{difference:+,.3g}",
-                      "NA" if figure["ratio"] is None else f"{figure['ratio']:.3f}",
+                      cell(figure["new"], unit), NA if difference is None else f"{difference:+,.3g}",
+                      NA if figure["ratio"] is None else f"{figure['ratio']:.3f}",
                       "" if interval is None else f"{interval[0]:+,.3g} to {interval[1]:+,.3g}",
                       judged(figure).strip("*"))
     return table

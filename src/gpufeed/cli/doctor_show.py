@@ -9,12 +9,13 @@ from rich.text import Text
 
 from gpufeed.cli.output import console, error_console
 from gpufeed.doctor.findings.report import gain_headline, gained_nothing, rates_sentence, verdict_headline
+from gpufeed.units import NA, bytes_as, fixed, percent
 
 
 def evidence_value(value) -> str:
     """One evidence value as the terminal shows it: NA for None, 3 significant digits, settings as arguments."""
     if value is None:
-        return "NA"
+        return NA
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, dict):  # settings by name (evidence.settings): as the user would write them
@@ -38,7 +39,7 @@ def show(report, batch_from_loader: bool, problem: str | None, notes: list, show
     the model's input)."""
     verdict = report.verdict if report is not None else None
     if verdict is not None:
-        busy = "NA" if verdict.device_busy is None else f"{verdict.device_busy:.0%}"
+        busy = percent(verdict.device_busy)
         ranks = f" (rank 0 of {verdict.world_size})" if verdict.world_size > 1 else ""
         headline = verdict_headline(report.to_json()) if report is not None else verdict.primary
         console.print(Text(f"verdict: {headline}", style="bold"), Text(
@@ -93,7 +94,7 @@ def show_ranks(report) -> None:
         table.add_row(str(rank["rank"]), str(rank["steps"]), f"{rank['step_ms']:.1f}", f"{rank['data_wait_ms']:.1f}",
                       f"{rank['forward_ms']:.1f}", f"{rank['backward_ms']:.1f}", f"{rank['optimizer_ms']:.1f}",
                       f"{rank['collective_ms']:.1f}", f"{rank['exposed_ms']:.1f}",
-                      f"{rank['bytes_per_step'] / 2**20:.2f}")
+                      fixed(bytes_as(rank["bytes_per_step"], "MiB"), 2, grouped=False))
     console.print(table)
 
 

@@ -13,11 +13,11 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufeed.cli.output import add_json_flag, console, emit_json, to_jsonable
-from gpufeed.cli.pack import decimal_bytes
 from gpufeed.data.pack.cache import CacheSummary, cache_summary
 from gpufeed.errors import GpufeedError
 from gpufeed.hardware.na import is_na
 from gpufeed.hardware.probe import MachineInfo, probe_machine
+from gpufeed.units import bytes_text, decimal_bytes, not_available
 
 EPILOG = """\
 examples:
@@ -67,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _format(name: str, value: Any) -> str | Text:
     if is_na(value):
-        return Text(f"NA ({value.reason})", style="dim")
+        return Text(not_available(value.reason), style="dim")
     if isinstance(value, bool):
         return "yes" if value else "no"
     if name.endswith("_bytes"):
-        return f"{value / 2**30:.1f} GiB"
+        return bytes_text(value, grouped=False)
     if name.endswith("_mhz"):
         return f"{value:.0f} MHz"
     if name.endswith("_w"):

@@ -26,6 +26,7 @@ from gpufeed.data.format.verify import verify_checksums
 from gpufeed.data.pack.result import PackResult, SkippedFile
 from gpufeed.data.pack.sources import pack
 from gpufeed.errors import ConfigError
+from gpufeed.units import human_bytes
 
 EPILOG = """\
 examples:
@@ -127,23 +128,6 @@ def result_json(result: PackResult) -> dict:
     """The result as JSON, with the derived rate and the count of skipped files."""
     return {**to_jsonable(result), "images_per_second": to_jsonable(result.images_per_second),
             "skipped_count": len(result.skipped)}
-
-
-def human_bytes(count: int) -> str:
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
-
-
-def decimal_bytes(count: int) -> str:
-    """Bytes in powers of 1000 (kB, MB, GB, TB), as sizes such as GPUFEED_CACHE_LIMIT=20GB are given."""
-    for unit, scale in (("TB", 10**12), ("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if count >= scale:
-            return f"{count / scale:.1f} {unit}"
-    return f"{count} B"
 
 
 def _say(text: str) -> None:

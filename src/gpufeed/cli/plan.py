@@ -15,6 +15,7 @@ from gpufeed.cli.output import (
     error_console,
 )
 from gpufeed.errors import ConfigError
+from gpufeed.units import NA, bytes_text, duration_text, fixed, size_text
 
 EXAMPLES = """examples:
   gpufeed plan --model resnet18 --input 3x224x224 --classes 1000 --batch-size 256 --dataset-size 1281167 --epochs 90
@@ -189,10 +190,6 @@ def data_defaults(args) -> tuple[tuple[int, int, int], int, int, int]:
     return (header.channels, height, width), len(header.classes), header.count, stored
 
 
-def _gib(value) -> str:
-    return "NA" if value is None else f"{value / 2**30:,.2f} GiB"
-
-
 def _memory(plan) -> None:
     memory, request = plan.memory, plan.request
     batch = (f"batch {request.batch_size} per GPU" if request.grad_accumulation == 1 else
@@ -207,22 +204,25 @@ def _memory(plan) -> None:
     table.add_column("part")
     table.add_column("bytes", justify="right")
     for name in ("weights", "gradients", "optimizer", "activations", "overhead", "peak"):
-        table.add_row(name, _gib(getattr(memory, f"{name}_bytes")))
+        table.add_row(name, bytes_text(getattr(memory, f"{name}_bytes"), "GiB", 2))
     console.print(table)
     by_order = memory.peak_bytes_by_order
-    console.print(f"peak by loop order: gradients freed before the forward {_gib(by_order['grads_freed'])}, "
-                  f"gradients live through it (accumulation) {_gib(by_order['grads_live'])}")
+    freed, live = (bytes_text(by_order[order], "GiB", 2) for order in ("grads_freed", "grads_live"))
+    console.print(f"peak by loop order: gradients freed before the forward {freed}, "
+                  f"gradients live through it (accumulation) {live}")
 
 
 def _host(plan) -> None:
     compute, host = plan.compute, plan.host
-    console.print(f"compute: {plan.flops_per_step:,} FLOPs and {compute.bytes_per_step / 2**30:,.1f} GiB moved per "
+    console.print(f"compute: {plan.flops_per_step:,} FLOPs and {bytes_text(compute.bytes_per_step)} moved per "
                   f"step, {compute.total_steps:,} steps; efficiencies: compute {compute.compute_efficiency:.2f}, "
                   f"memory {compute.memory_efficiency:.2f} (band x{compute.efficiency_low:.2f}-"
                   f"x{compute.efficiency_high:.2f}): {compute.efficiency_source}")
     console.print(f"to buy around {plan.host_gpu}: {host.system}")
-    console.print(f"  RAM at least {_gib(host.ram_minimum_bytes)}, ideally {_gib(host.ram_bytes)}: {host.ram_reason}")
-    console.print(f"  RAM to keep the dataset in the page cache {_gib(host.ram_cache_bytes)}: {host.ram_cache_reason}")
+    console.print(f"  RAM at least {bytes_text(host.ram_minimum_bytes, 'GiB', 2)}, "
+                  f"ideally {bytes_text(host.ram_bytes, 'GiB', 2)}: {host.ram_reason}")
+    console.print(f"  RAM to keep the dataset in the page cache {bytes_text(host.ram_cache_bytes, 'GiB', 2)}: "
+                  f"{host.ram_cache_reason}")
     console.print(f"  bytes per sample {host.bytes_per_sample:,}: {host.bytes_reason}")
     decode = "" if host.cpu_cores_other_decode is None else (
         ", decoding on the CPU" if host.decode == "cpu" else ", decoding on the GPU (nvImageCodec)")
@@ -230,19 +230,13 @@ def _host(plan) -> None:
     if host.cpu_cores_other_decode is not None:
         other = "--decode gpu" if host.decode == "cpu" else "--decode cpu"
         console.print(f"  CPU cores {host.cpu_cores_other_decode} with {other}: {host.cpu_other_decode_reason}")
-    console.print(f"  disk {_gib(host.disk_bytes)}: {host.disk_reason}")
+    console.print(f"  disk {bytes_text(host.disk_bytes, 'GiB', 2)}: {host.disk_reason}")
     console.print(f"  power supply {host.psu_watts:,} W: {host.psu_arithmetic}")
     for note in host.link_notes:
         console.print(f"  link: {note}")
 
 
-def _money(value) -> str:
-    return "NA" if value is None else f"{value:,.2f}"
-
-
 def _show(plan) -> None:
-    from gpufeed.plan.rank import duration_text
-
     _memory(plan)
     _host(plan)
     ranking = Table(title=f"GPUs ranked ({plan.request.gpus} per run; rent per GPU-hour, buy as sold)")
@@ -250,13 +244,13 @@ def _show(plan) -> None:
                    "buy $ (GPUs)", "energy kWh", "notes"):
         ranking.add_column(column)
     for option in plan.gpus:
-        hours = "NA" if option.hours is None else (f"{duration_text(option.hours)} ({duration_text(option.hours_low)}"
+        hours = NA if option.hours is None else (f"{duration_text(option.hours)} ({duration_text(option.hours_low)}"
                                                    f" to {duration_text(option.hours_high)})")
-        buy = "NA" if option.cost_buy_usd is None else f"{option.cost_buy_usd:,.0f} ({option.buy_gpus})"
+        buy = NA if option.cost_buy_usd is None else f"{option.cost_buy_usd:,.0f} ({option.buy_gpus})"
         ranking.add_row(option.name, "yes" if option.fits else "no", str(option.max_batch_size), option.precision,
-                        "NA" if option.samples_per_s is None else f"{option.samples_per_s:,.0f}", hours,
-                        _money(option.rent_usd_per_hour), _money(option.cost_rent_usd), buy,
-                        "NA" if option.energy_kwh is None else f"{option.energy_kwh:,.1f}", option.notes)
+                        fixed(option.samples_per_s, 0), hours,
+                        fixed(option.rent_usd_per_hour, 2), fixed(option.cost_rent_usd, 2), buy,
+                        fixed(option.energy_kwh, 1), option.notes)
     console.print(ranking)
     console.print(f"[bold]recommendation[/bold]: {plan.recommendation}")
     for line in plan.unmeasured:
@@ -288,11 +282,6 @@ def _list_models(args) -> int:
     return 0
 
 
-def _size(value: int) -> str:
-    """GiB from 1 GiB up, MiB below (small parts do not read 0.00 GiB), as the page shows them."""
-    return f"{value / 2**30:,.2f} GiB" if value >= 2**30 else f"{value / 2**20:,.1f} MiB"
-
-
 def _language_memory(plan) -> None:
     memory, request = plan.memory, plan.request
     tune = request.tune
@@ -321,7 +310,7 @@ def _language_memory(plan) -> None:
             ("overhead", memory.overhead_bytes, parts.get("overhead")),
             ("peak", memory.peak_bytes, memory.peak_bytes))
     for name, size, in_peak in rows:
-        table.add_row(name, _size(size), "" if in_peak is None else _size(in_peak))
+        table.add_row(name, size_text(size, 2, 1), "" if in_peak is None else size_text(in_peak, 2, 1))
     console.print(table)
     if plan.flops_per_token is not None:
         rule = "6N + 12·L·h·s" if request.tune.method == "full" else "4N + 2N_trained + 12·L·h·s: no weight " \
@@ -337,7 +326,7 @@ def _show_language(plan) -> None:
     for column in ("GPU", "memory", "fits", "max batch", "max tokens", "precision", "notes"):
         table.add_column(column)
     for gpu in plan.gpus:
-        table.add_row(gpu.name, f"{gpu.memory_bytes / 2**30:,.0f} GiB", "yes" if gpu.fits else "no",
+        table.add_row(gpu.name, bytes_text(gpu.memory_bytes, "GiB", 0), "yes" if gpu.fits else "no",
                       f"{gpu.max_batch_size:,}", f"{gpu.max_sequence_length:,}", gpu.precision, gpu.notes)
     console.print(table)
     for line in plan.notes:

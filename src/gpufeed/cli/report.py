@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from gpufeed.cli.output import add_json_flag, check_output_paths, console, emit_json
+from gpufeed.units import bytes_text
 
 EXAMPLES = """examples:
   gpufeed bench --json bench.json            # on the GPU server
@@ -41,7 +42,7 @@ def run(args) -> int:
     about, size = document["about"], len(page.encode("utf-8"))
     if args.json != "-":
         console.print(f"page: {target} ({about['command']} of {about.get('created', 'an unknown date')}, "
-                      f"{size / 1024:,.0f} KiB)")
+                      f"{bytes_text(size, 'KiB', 0)})")
     emit_json({"page": str(target), "command": about["command"], "created": about.get("created"), "bytes": size},
               args.json)
     return 0

@@ -19,7 +19,7 @@ from gpufeed.cli.output import (
     emit_json,
     error_console,
 )
-from gpufeed.cli.pack import decimal_bytes, print_skipped, progress_bar
+from gpufeed.cli.pack import print_skipped, progress_bar
 from gpufeed.errors import ConfigError, Interrupted
 from gpufeed.torchrun import launch
 from gpufeed.train.config import TrainConfig
@@ -33,6 +33,7 @@ from gpufeed.train.events import (
     TrainResult,
 )
 from gpufeed.train.outputs import read_contents
+from gpufeed.units import bytes_text, decimal_bytes, fixed, not_available, percent
 
 EXAMPLES = """examples:
   gpufeed train                                   # the CNN on the built-in dataset, on the best device here
@@ -153,7 +154,7 @@ class _Screen:
             if event.gpu_utilization_percent is not None:
                 busy += f" (NVML {event.gpu_utilization_percent:.0f}%)"
             self.progress.update(self.task, completed=event.step, description=(
-                f"epoch {event.epoch + 1} loss {event.loss:.3f} {event.samples_per_s:,.0f} samples/s "
+                f"epoch {event.epoch + 1} loss {event.loss:.3f} {fixed(event.samples_per_s, 0, 'samples/s')} "
                 f"data wait {event.data_wait_fraction:.0%}{busy}"))
 
     def _started(self, event: RunStarted) -> None:
@@ -224,11 +225,12 @@ class _Screen:
 
 
 def _summary(result: TrainResult) -> None:
-    busy = "n/a (CPU)" if result.device_busy_fraction is None else f"{result.device_busy_fraction:.1%}"
+    busy = not_available("CPU") if result.device_busy_fraction is None else percent(result.device_busy_fraction, 1)
     console.print(f"[bold]done[/bold]: validation accuracy {result.validation_accuracy:.2%} "
                   f"(loss {result.validation_loss:.3f}) after {result.steps} steps, {result.seconds:.1f} s")
-    console.print(f"  throughput {result.samples_per_s:,.0f} samples/s, data wait {result.data_wait_fraction:.1%}, "
-                  f"device busy {busy}, peak memory {result.peak_memory_bytes / 2**20:,.0f} MiB")
+    console.print(f"  throughput {fixed(result.samples_per_s, 0, 'samples/s')}, "
+                  f"data wait {percent(result.data_wait_fraction, 1)}, device busy {busy}, "
+                  f"peak memory {bytes_text(result.peak_memory_bytes, 'MiB', 0)}")
     console.print(f"  verdict: {result.verdict}")
     if result.out:
         console.print(f"  files in {result.out}: {read_contents(Path(result.out)).describe()}",

@@ -30,6 +30,7 @@ from gpufeed.plan.roofline import step_time
 from gpufeed.plan.run import Plan, model_factory, trace_options
 from gpufeed.plan.traffic import trace_traffic
 from gpufeed.train.step import Precision, TrainStep, make_optimizer, prepare_model, random_batch
+from gpufeed.units import bytes_text
 
 STEP_MARK = "gpufeed check step {}"
 # the profiler slows small operators; when the profiled run took less than this, the steps are timed again
@@ -159,9 +160,9 @@ def check_result(device: torch.device, predicted: int, measured: int | None, how
     """The `check` block of a plan's document (image and language models): predicted against measured peak,
     the step's median time and `rate` (its throughput in words), and the lines the command line prints."""
     error = (predicted - measured) / measured if measured else None
-    memory_line = (f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, measured "
-                   f"{measured / 2**20:,.1f} MiB ({error:+.1%}; {how})" if measured else
-                   f"peak memory on {device}: predicted {predicted / 2**20:,.1f} MiB, {how}")
+    predicted_text = f"peak memory on {device}: predicted {bytes_text(predicted, 'MiB', 1)}"
+    memory_line = (f"{predicted_text}, measured {bytes_text(measured, 'MiB', 1)} ({error:+.1%}; {how})" if measured
+                   else f"{predicted_text}, {how}")
     timing_note = " under the profiler" if timed_under_profiler else ""
     lines = [memory_line, f"step time on {device}: {step_s * 1e3:,.1f} ms measured{timing_note} (median of {steps}), "
                           f"{rate}"]

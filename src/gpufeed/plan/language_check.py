@@ -29,6 +29,7 @@ from gpufeed.plan.language_model import FineTune, LanguageModel, build_language_
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_language_memory
 from gpufeed.plan.optimizers import make_plan_optimizer
 from gpufeed.train.step import Precision, TrainStep
+from gpufeed.units import bytes_text
 
 # of the memory free here, the share a check may plan to use (the rest: this process, the profiler's records)
 FREE_SHARE = 0.8
@@ -128,8 +129,9 @@ def check_language_plan(plan, steps: int = 3) -> dict:
                "plan traced for the CPU (no CUDA context)")
     free = _free_bytes(device)
     if predicted > FREE_SHARE * free:
-        raise ConfigError(f"--check would need {predicted / 2**20:,.0f} MiB on {device}, {free / 2**20:,.0f} MiB "
-                          f"is free here: check a smaller model, --batch-size or --seq-len")
+        raise ConfigError(f"--check would need {bytes_text(predicted, 'MiB', 0)} on {device}, "
+                          f"{bytes_text(free, 'MiB', 0)} is free here: check a smaller model, --batch-size or "
+                          f"--seq-len")
     timings: list[float] = []
 
     def run() -> None:  # everything is allocated in here, so the CPU profiler sees all of it

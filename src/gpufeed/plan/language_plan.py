@@ -22,6 +22,7 @@ from gpufeed.plan.language_model import FineTune, LanguageModel, build_language_
 from gpufeed.plan.memory import PRECISIONS, MemoryEstimate, estimate_language_memory, language_fits
 from gpufeed.plan.nf4 import parameter_elements
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS
+from gpufeed.units import bytes_text
 
 DEFAULT_SEQUENCE = 2048  # the default --seq-len, or the model's positions when fewer
 FROZEN_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -169,8 +170,8 @@ def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
         if language_model.max_positions is not None and length == language_model.max_positions:
             notes.append(f"max tokens: the model's {length:,} positions, not the memory")
         if not fits:
-            notes.append(f"needs {memory.peak_bytes / 2**30:.1f} GiB at batch {request.batch_size} x "
-                         f"{sequence_length} tokens, has {spec.memory_bytes / 2**30:.0f} GiB")
+            notes.append(f"needs {bytes_text(memory.peak_bytes, grouped=False)} at batch {request.batch_size} x "
+                         f"{sequence_length} tokens, has {bytes_text(spec.memory_bytes, digits=0, grouped=False)}")
         gpus.append(GpuFit(spec.name, spec.memory_bytes, fits, batch, length, planned, "; ".join(notes)))
     gpus.sort(key=lambda gpu: (not gpu.fits, gpu.memory_bytes, gpu.name))
     unmeasured = ["time, tokens per second and cost per GPU: not planned for language models yet (issue 33)"]

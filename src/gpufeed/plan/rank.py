@@ -24,6 +24,7 @@ from gpufeed.plan.compute import ComputeEstimate, efficiency_of, hours_for
 from gpufeed.plan.hosts import system_to_buy
 from gpufeed.plan.roofline import model_flops_utilisation, step_time
 from gpufeed.plan.traffic import StepTraffic
+from gpufeed.units import bytes_text, duration_text, money_text
 
 TIGHT_SHARE = 0.05  # less than this share of the card's memory left over: "tight"
 
@@ -93,9 +94,10 @@ def _option(spec: GpuSpec, plan: PrecisionPlan, compute: ComputeEstimate, precis
     planned, note = planned_precision(spec, precision)
     notes = [note] if note else []
     if not fits:
-        notes.append(f"needs {memory.peak_bytes / 2**30:.1f} GiB at batch {memory.batch_size} (of which "
-                     f"{memory.overhead_bytes / 2**30:.1f} GiB context and allocator overhead), has "
-                     f"{spec.memory_bytes / 2**30:.0f} GiB; largest batch that fits: {max_batch}")
+        notes.append(f"needs {bytes_text(memory.peak_bytes, grouped=False)} at batch {memory.batch_size} (of "
+                     f"which {bytes_text(memory.overhead_bytes, grouped=False)} context and allocator overhead), "
+                     f"has {bytes_text(spec.memory_bytes, digits=0, grouped=False)}; largest batch that fits: "
+                     f"{max_batch}")
     elif spec.memory_bytes - memory.peak_bytes < TIGHT_SHARE * spec.memory_bytes:
         notes.append("tight: under 5% of its memory to spare")
     step = step_time(plan.traffic, spec, efficiency_of(compute), grad_accumulation)
@@ -142,23 +144,6 @@ def rank_gpus(catalog: Sequence[GpuSpec], plan_for: Callable[[str], PrecisionPla
     fitting = sorted((o for o in options if o.fits), key=lambda o: (o.hours is None, o.hours or 0.0))
     others = sorted((o for o in options if not o.fits), key=lambda o: -o.memory_bytes)
     return fitting + others
-
-
-def duration_text(hours: float) -> str:
-    """Hours as a person reads them: 3.2 h, 14 min, 40 s."""
-    if hours >= 1:
-        return f"{hours:.1f} h"
-    if hours * 60 >= 1:
-        return f"{hours * 60:.0f} min"
-    seconds = hours * 3600
-    if seconds >= 1:
-        return f"{seconds:.0f} s"
-    return f"{seconds * 1000:.0f} ms" if seconds * 1000 >= 1 else "under 1 ms"
-
-
-def money_text(usd: float) -> str:
-    """Dollars with cents: $1,234.56; under a cent says so."""
-    return f"${usd:,.2f}" if usd >= 0.005 else "under a cent"
 
 
 def _hours_text(option: GpuOption) -> str:

@@ -18,9 +18,9 @@ from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import GpuSpec
 from gpufeed.hardware.pcie import NARROW_THEORETICAL_GB_PER_S, pcie_theoretical_gb_per_s
 from gpufeed.plan.hosts import BoughtSystem, server_power
+from gpufeed.units import bytes_text
 
 GIB = 1 << 30
-MIB = 1 << 20
 # Common totals of 1-16 DIMMs of 8-128 GB modules (DDR5 also sells 24 and 48 GB ones), GiB; above, whole TiB.
 RAM_SIZES_GIB = (8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 # ATX power supply sizes sold by the major makers (Corsair, Seasonic, be quiet!), watts; above: two supplies.
@@ -80,9 +80,12 @@ def host_ram(gpu_memory_bytes_total: int) -> tuple[int, int, str]:
     """(ideal, minimum, reason): at least the GPUs' total memory, ideally twice it, each rounded up to a size in
     RAM_SIZES_GIB. The dataset is not in it: keeping it in the page cache is a choice (`page_cache_ram`)."""
     minimum, ideal = _round_ram(gpu_memory_bytes_total), _round_ram(2 * gpu_memory_bytes_total)
-    reason = (f"rule of thumb: at least the GPUs' total memory ({gpu_memory_bytes_total / GIB:.1f} GiB -> "
-              f"{minimum // GIB} GiB), ideally twice it ({2 * gpu_memory_bytes_total / GIB:.1f} GiB -> "
-              f"{ideal // GIB} GiB): pinned staging buffers, loader worker copies, checkpoints being written "
+    def gib(value: float, digits: int) -> str:
+        return bytes_text(value, "GiB", digits, grouped=False)
+
+    reason = (f"rule of thumb: at least the GPUs' total memory ({gib(gpu_memory_bytes_total, 1)} -> "
+              f"{gib(minimum, 0)}), ideally twice it ({gib(2 * gpu_memory_bytes_total, 1)} -> "
+              f"{gib(ideal, 0)}): pinned staging buffers, loader worker copies, checkpoints being written "
               f"and the framework itself all live in host memory")
     return ideal, minimum, reason
 
@@ -91,9 +94,10 @@ def page_cache_ram(ideal_bytes: int, dataset_bytes: int, read_bytes_per_s: float
     """(bytes, reason): the ideal RAM plus the whole dataset, rounded up, and what it buys: epochs after the
     first read from RAM instead of the disk at `read_bytes_per_s`."""
     wanted = _round_ram(ideal_bytes + dataset_bytes)
-    reason = (f"a choice: {ideal_bytes / GIB:,.0f} GiB + the {dataset_bytes / GIB:,.1f} GiB dataset -> "
-              f"{wanted // GIB:,} GiB keeps it in the page cache, so every epoch after the first reads RAM, not "
-              f"the disk; without it the disk must sustain {read_bytes_per_s / MIB:,.0f} MiB/s of random reads "
+    reason = (f"a choice: {bytes_text(ideal_bytes, 'GiB', 0)} + the {bytes_text(dataset_bytes)} dataset -> "
+              f"{bytes_text(wanted, 'GiB', 0)} keeps it in the page cache, so every epoch after the first reads RAM, "
+              f"not the disk; without it the disk must sustain {bytes_text(read_bytes_per_s, 'MiB', 0)}/s of random "
+              f"reads "
               f"every epoch")
     return wanted, reason
 
@@ -138,10 +142,11 @@ def disk(dataset_bytes: int, parameters: int, optimizer: str, checkpoints_kept: 
     per_parameter = WEIGHT_BYTES + OPTIMIZER_STATE_BYTES[optimizer]
     checkpoint = parameters * per_parameter
     total = source_bytes + dataset_bytes + (checkpoints_kept + 1) * checkpoint
-    text = (f"source files {source_bytes / GIB:,.2f} GiB + packed dataset {dataset_bytes / GIB:,.2f} GiB + "
+    text = (f"source files {bytes_text(source_bytes, 'GiB', 2)} + packed dataset "
+            f"{bytes_text(dataset_bytes, 'GiB', 2)} + "
             f"({checkpoints_kept} kept + 1 being written) x checkpoint ({parameters:,} parameters x {per_parameter} "
             f"B: {WEIGHT_BYTES} B fp32 weights + {OPTIMIZER_STATE_BYTES[optimizer]} B {optimizer} state = "
-            f"{checkpoint / GIB:,.3f} GiB) = {total / GIB:,.2f} GiB")
+            f"{bytes_text(checkpoint, 'GiB', 3)}) = {bytes_text(total, 'GiB', 2)}")
     return total, text
 
 
@@ -237,13 +242,14 @@ def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dat
     if system.kind == "server":
         watts, arithmetic = server_power(spec.tdp_w, gpus, spec)
         if spec.reference_system and gpus == 8:
+            shipped = bytes_text(spec.reference_system_ram_bytes, "GiB", 0)
             reference = (f"{spec.reference_system}: {spec.reference_system_power_w:,.0f} W at most, "
-                         f"{spec.reference_system_ram_bytes / GIB:,.0f} GiB RAM ({spec.reference_system_source})")
-            ram_reason += f"; {spec.reference_system} ships {spec.reference_system_ram_bytes / GIB:,.0f} GiB"
+                         f"{shipped} RAM ({spec.reference_system_source})")
+            ram_reason += f"; {spec.reference_system} ships {shipped}"
     else:
         watts, arithmetic = psu_watts([spec.tdp_w] * gpus, cpu_tdp_w)
     generation, lanes = link or (spec.pcie_generation, spec.pcie_lanes)
-    disk_reason += (f"; reads {read_rate / MIB:,.0f} MiB/s while the data is not in the page cache"
+    disk_reason += (f"; reads {bytes_text(read_rate, 'MiB', 0)}/s while the data is not in the page cache"
                     + (" (the first epoch only, with the RAM to cache it)" if cache_dataset else ""))
     notes = link_notes(generation, lanes, samples_per_s_per_gpu, feeding.link_bytes_per_sample or bytes_per_sample,
                        gpus if system.kind == "workstation" else 1)

@@ -8,7 +8,8 @@ fp32, the host-device link against its theoretical rate, the short trainings per
 
 from __future__ import annotations
 
-from gpufeed.report.html import Page, chart_text, factor, new_figure, number, percent, plain_log_ticks
+from gpufeed.report.html import Page, chart_text, factor, new_figure, number, plain_log_ticks
+from gpufeed.units import NA, bytes_as, bytes_text, fixed, percent
 
 # One colour per precision on every chart; one line style per device (the CPU dashed, GPUs solid).
 PRECISION_COLOURS = {"fp64": "#1f77b4", "fp32": "#2ca02c", "tf32": "#17becf", "bf16": "#ff7f0e", "fp16": "#d62728"}
@@ -46,7 +47,7 @@ def _conditions(page: Page, busy: dict | None) -> None:
     """The busy-machine readings (documents before they were taken have none)."""
     if not busy:
         return
-    steal = "n/a" if busy.get("steal_share") is None else percent(busy["steal_share"], 1)
+    steal = percent(busy.get("steal_share"), 1)
     spread = "none" if busy.get("worst_spread") is None else (
         f"{busy['worst_spread']:.1f}x ({busy.get('worst_spread_measurement')})")
     if busy.get("worst_spread_counted") != busy.get("worst_spread") and "worst_spread_counted" in busy:
@@ -72,22 +73,18 @@ def _gpu_estimate_section(page: Page, answer: dict | None) -> None:
     rows += [(e["gpu"], milliseconds(e["step_s"]), f"{milliseconds(e['step_s_low'])}-{milliseconds(e['step_s_high'])}",
               speedup(e["speedup"]), f"{speedup(e['speedup_low'])}-{speedup(e['speedup_high'])}")
              for e in answer["estimates"]]
+    step_bytes = bytes_text(answer["bytes_per_step"], "GB", 2, grouped=False)
     page.table(["device", "step ms", "band ms", "speed-up", "band"], rows,
                caption=f"The {answer['model']} training step at batch {answer['batch_size']}: measured on this CPU, "
                        f"estimated by gpufeed plan's roofline on the fastest catalog GPUs and the fastest consumer "
-                       f"card ({answer['flops_per_step'] / 1e9:.1f} GFLOPs and {answer['bytes_per_step'] / 1e9:.2f} "
-                       f"GB a step in {answer['gpu_precision']}; {answer['efficiency_source']}). A step under a "
+                       f"card ({answer['flops_per_step'] / 1e9:.1f} GFLOPs and {step_bytes} "
+                       f"a step in {answer['gpu_precision']}; {answer['efficiency_source']}). A step under a "
                        f"millisecond also waits on kernel launches, which the roofline leaves out.")
 
 
 def matrix_size(size: str) -> int:
     """'512 x 512 x 512' -> 512 (the sweep multiplies square matrices)."""
     return int(size.split("x")[0])
-
-
-def fixed(value: float | None, digits: int) -> str:
-    """A number with `digits` decimals; n/a when not finite (a loss that diverged in fp16 is saved as null)."""
-    return "n/a" if value is None else f"{value:.{digits}f}"
 
 
 def milliseconds(seconds: float) -> str:
@@ -192,10 +189,10 @@ def _kernel_table(page: Page, rows: list[dict], caption: str, bounds: dict | Non
                  of_peak if row.get("fraction_of_peak") is None else bound + of_peak,
                  milliseconds(row["seconds_median"]),
                  f"{milliseconds(row['seconds_min'])}-{milliseconds(row['seconds_max'])}",
-                 "n/a" if row.get("spread") is None else f"{row['spread']:.1f}x", row["runs"]]
+                 NA if row.get("spread") is None else f"{row['spread']:.1f}x", row["runs"]]
         if tf32:
             flags = (row.get("tf32_matmul"), row.get("tf32_cudnn"))
-            cells.append("n/a" if flags == (None, None) else f"{number(flags[0])} / {number(flags[1])}")
+            cells.append(NA if flags == (None, None) else f"{number(flags[0])} / {number(flags[1])}")
         body.append(cells)
     page.table(headers + (["TF32 allowed (matmul / cuDNN)"] if tf32 else []), body, caption=caption)
 
@@ -263,7 +260,7 @@ def _train_section(page: Page, steps: list[dict]) -> None:
 
 def _link_label(row: dict) -> str:
     direction = "host to device" if row["direction"] == "host_to_device" else "device to host"
-    return f"{direction}, {'pinned' if row['pinned'] else 'pageable'}, {row['bytes'] / 2**20:g} MiB"
+    return f"{direction}, {'pinned' if row['pinned'] else 'pageable'}, {bytes_as(row['bytes'], 'MiB'):g} MiB"
 
 
 def _link_section(page: Page, document: dict) -> None:
@@ -285,7 +282,8 @@ def _link_section(page: Page, document: dict) -> None:
     theoretical = sorted({row["theoretical_gb_per_s"] for row in rows if row["theoretical_gb_per_s"] is not None})
     for index, value in enumerate(theoretical):
         axes.axvline(value, color="black", linestyle="--", linewidth=1)
-        axes.annotate(f"PCIe theoretical {value:.2f} GB/s", (value, 1.0), xycoords=("data", "axes fraction"),
+        axes.annotate(f"PCIe theoretical {fixed(value, 2, 'GB/s', grouped=False)}", (value, 1.0),
+                      xycoords=("data", "axes fraction"),
                       textcoords="offset points", xytext=(0, 2 + 10 * index), ha="right", va="bottom", fontsize=8)
     axes.set_xlim(0, max([row["gb_per_s"] for row in rows] + theoretical) * 1.12)
     axes.set_xlabel("GB/s (10^9 bytes per second, one direction)")
@@ -294,7 +292,7 @@ def _link_section(page: Page, document: dict) -> None:
     page.table(["direction", "host memory", "bytes per copy", "GB/s", "runs", "theoretical GB/s", "of theoretical"],
                [(row["direction"].replace("_", " "), "pinned" if row["pinned"] else "pageable", row["bytes"],
                  f"{row['gb_per_s']:.2f}", row["runs"],
-                 "n/a" if row["theoretical_gb_per_s"] is None else f"{row['theoretical_gb_per_s']:.2f}",
+                 fixed(row["theoretical_gb_per_s"], 2, grouped=False),
                  percent(None if not row["theoretical_gb_per_s"] else row["gb_per_s"] / row["theoretical_gb_per_s"]))
                 for row in rows])
 
@@ -307,8 +305,8 @@ def _precision_section(page: Page, runs: list[dict]) -> None:
     base = {run["device"]: run["seconds"] for run in runs if run["precision"] == "fp32"}
     page.table(["precision", "device", "validation accuracy", "validation loss", "seconds", "vs fp32 time", "steps"],
                [(run["precision"], run["device"], percent(run["validation_accuracy"], 1),
-                 fixed(run["validation_loss"], 4),
-                 fixed(run["seconds"], 2), factor(run["seconds"] / base[run["device"]]
+                 fixed(run["validation_loss"], 4, grouped=False),
+                 fixed(run["seconds"], 2, grouped=False), factor(run["seconds"] / base[run["device"]]
                                                   if run["seconds"] and base.get(run["device"]) else None),
                  run["steps"]) for run in runs],
                caption="The same short `gpufeed train` run in each precision: the CNN on the built-in data, same "

@@ -3,13 +3,15 @@ gate's sentence, what differs between the runs, and a table of the figures. A pu
 
 from __future__ import annotations
 
+from gpufeed.units import NA
+
 SHARES = ("of the time", "of the samples")  # figures that are fractions, shown as percentages
 
 
 def cell(value: float | None, unit: str) -> str:
     """A figure's value as the table shows it: shares as percentages, else 3 significant digits."""
     if value is None:
-        return "NA"
+        return NA
     if unit in SHARES:
         return f"{value:.1%}"
     return f"{value:,.3g}" if abs(value) < 100 else f"{value:,.0f}"
@@ -42,7 +44,7 @@ def markdown(document: dict) -> str:
         unit, interval, difference = figure["unit"], figure["interval"], figure["difference"]
         name = ("↳ " if figure["level"] else "") + figure["name"]
         lines.append(f"| {name} | {unit} | {cell(figure['base'], unit)} | {cell(figure['new'], unit)} | "
-                     f"{'NA' if difference is None else f'{difference:+,.3g}'} | "
+                     f"{NA if difference is None else f'{difference:+,.3g}'} | "
                      f"{'' if interval is None else f'{interval[0]:+,.3g} to {interval[1]:+,.3g}'} | "
                      f"{judged(figure)} |")
     lines += ["", f"Judged by: {document['method']}."]

@@ -14,7 +14,8 @@ from gpufeed.doctor.findings import KINDS
 from gpufeed.doctor.findings.kinds.worker_memory import WorkerMemory, WorkerMemoryEvidence
 from gpufeed.doctor.findings.report import gain_headline, rates_sentence, verdict_headline
 from gpufeed.report.doctor_ranks import ranks_section
-from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, percent, stacked_bars
+from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, stacked_bars
+from gpufeed.units import NA, bytes_text, not_available, percent
 
 LABELS = {"data wait": "data wait (blocked on the next batch)", "host-to-device": "host-to-device copies (host time)",
           "compute": "compute (device time, CUDA events)", "stalls": "stalls (host waiting on the device)",
@@ -79,7 +80,7 @@ def _profiled(page: Page, profile: list[dict]) -> None:
                      _share(step, "loader_s"), step.get("kernels"), step.get("short_kernels"),
                      _share(step, "kernel_busy_s")))
     page.table(("step", "wall ms", "operators", "outside operators", "in the loader", "kernels", "kernels < 20 us",
-                "device busy (kernel union)"), rows, caption="Each profiled step (n/a: not measured on this device)")
+                "device busy (kernel union)"), rows, caption=f"Each profiled step ({NA}: not measured on this device)")
 
 
 def _share(step: dict, key: str) -> str | None:
@@ -104,7 +105,8 @@ def _verdict(page: Page, document: dict) -> None:
             ("primary finding", verdict["primary"]), ("its share of the step", percent(verdict.get("share"), 1)),
             ("steps watched", f"{verdict['steps']:,}"),
             ("device", verdict["device"]), ("data wait share", percent(verdict["data_wait"], 1)),
-            ("device busy share", percent(busy, 1) if busy is not None else "n/a (measured with CUDA events only)")])
+            ("device busy share", percent(busy, 1) if busy is not None
+             else not_available("measured with CUDA events only"))])
     if document.get("script_error"):
         page.heading("The script's error", level=3)
         page.code(document["script_error"])
@@ -264,11 +266,12 @@ def _worker_memory(page: Page, memory: dict, findings: list[dict]) -> None:
     found = next((finding for finding in findings if finding["kind"] == WorkerMemory.NAME), None)
     page.heading("DataLoader workers' memory")
     caption = (f"Each worker's private memory (USS) while watched, by the training batches handed out; dashed: "
-               f"one worker projected to the end of the epoch ({memory.get('epoch_batches') or 'n/a'} batches).")
+               f"one worker projected to the end of the epoch ({memory.get('epoch_batches') or NA} batches).")
     if found is not None:
         evidence = WorkerMemoryEvidence.of(found["evidence"])
-        caption += (f" Projected: {evidence.projected_worker_bytes / 2**30:.2f} GiB a worker, "
-                    f"{evidence.projected_total_bytes / 2**30:.2f} GiB for the {memory['workers_on_node']} "
+        worker, total = (bytes_text(value, "GiB", 2, grouped=False)
+                         for value in (evidence.projected_worker_bytes, evidence.projected_total_bytes))
+        caption += (f" Projected: {worker} a worker, {total} for the {memory['workers_on_node']} "
                     f"on the node; {evidence.projection}.")
     page.chart(figure, caption)
 

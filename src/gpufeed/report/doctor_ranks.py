@@ -4,6 +4,7 @@ per rank (doctor_page.py draws the rest of the page)."""
 from __future__ import annotations
 
 from gpufeed.report.html import PART_COLOURS, Page, new_figure, number
+from gpufeed.units import bytes_as
 
 
 def ranks_section(page: Page, ranks: list[dict], timelines: list[dict]) -> None:
@@ -13,7 +14,7 @@ def ranks_section(page: Page, ranks: list[dict], timelines: list[dict]) -> None:
     page.table(["rank", "steps", "step ms", "data wait ms", "compute ms", "all-reduce in flight ms",
                 "all-reduce waited ms", "MiB all-reduced", "problem"],
                [(r["rank"], r["steps"], number(r["step_ms"]), number(r["data_wait_ms"]), number(r["compute_ms"]),
-                 number(r["collective_ms"]), number(r["exposed_ms"]), number(r["bytes_per_step"] / 2**20),
+                 number(r["collective_ms"]), number(r["exposed_ms"]), number(bytes_as(r["bytes_per_step"], "MiB")),
                  r.get("problem") or "") for r in ranks])
     rows = [t for t in sorted(timelines, key=lambda t: t["rank"]) if t["steps"]]
     if not rows:

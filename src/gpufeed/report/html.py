@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import html
 import io
-import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from matplotlib.figure import Figure
 
 from gpufeed.atomic import write_text_atomic
 from gpufeed.errors import GpufeedError
+from gpufeed.units import NA, bytes_text, not_available, plain_number
 
 # Colours for the parts of a step, shared by every page so the same thing has the same colour everywhere.
 PART_COLOURS = {"data wait": "#d62728", "host-to-device": "#ff7f0e", "compute": "#2ca02c", "stalls": "#9467bd",
@@ -98,40 +98,17 @@ def new_figure(width: float = 8.0, height: float = 3.2, rows: int = 1, columns: 
 
 
 def number(value: object, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
+    """A document's value as a page cell: yes/no, numbers as units.plain_number writes them (NA for None and NaN),
+    `NA (reason)` for a reading not taken, settings by name, anything else as its text."""
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "n/a"
-        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
-            return f"{value:.{digits}g}"
-        return f"{value:,.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+    if value is None or isinstance(value, (int, float)):
+        return plain_number(value, digits)
     if isinstance(value, dict) and "reason" in value:
-        return f"n/a ({value['reason']})"
+        return not_available(value["reason"])
     if isinstance(value, dict):  # settings by name (the doctor's evidence.settings)
         return ", ".join(f"{key}={item!r}" for key, item in value.items())
     return str(value)
-
-
-def percent(value: float | None, digits: int = 0) -> str:
-    return "n/a" if value is None else f"{value:.{digits}%}"
-
-
-def mebibytes(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 2**20:,.0f} MiB"
-
-
-def gibibytes(value: float | None) -> str:
-    return "n/a" if value is None else f"{value / 2**30:,.1f} GiB"
-
-
-def size_text(value: int) -> str:
-    """Bytes in GiB from 1 GiB up, in MiB below (so that small parts do not read 0.0 GiB)."""
-    return gibibytes(value) if value >= 2**30 else mebibytes(value)
 
 
 @dataclass
@@ -189,29 +166,29 @@ class Page:
 
 def conditions_block(about: dict) -> str:
     """Machine, versions, date and the exact command, from the document's `about` block. A reading the probe could
-    not take is a {"reason": ...} dict (a whole section, or one field); it shows as n/a with its reason."""
+    not take is a {"reason": ...} dict (a whole section, or one field); it shows as NA with its reason."""
     machine = _section(about.get("machine"))
     software = _section(machine.get("software"))
     argv = about.get("argv")
     rows = [("command", " ".join(str(word) for word in argv) if isinstance(argv, list) else number(argv) if argv
-             else "n/a"),
-            ("date", number(about.get("created", "n/a"))),
-            ("gpufeed", number(about.get("gpufeed", "n/a")))]
+             else NA),
+            ("date", number(about.get("created", NA))),
+            ("gpufeed", number(about.get("gpufeed", NA)))]
     if _reason(about.get("machine")):
         rows.append(("machine", number(about["machine"])))
     cpu = machine.get("cpu")
     if cpu:
         rows.append(("CPU", number(cpu) if _reason(cpu) else
-                     f"{number(cpu.get('model', 'n/a'))}, {number(cpu.get('usable_cores'))} usable cores"))
+                     f"{number(cpu.get('model', NA))}, {number(cpu.get('usable_cores'))} usable cores"))
     memory = machine.get("memory")
     if memory:
         total = _section(memory).get("total_bytes", memory)
-        rows.append(("RAM", gibibytes(total) if isinstance(total, (int, float)) else number(total)))
+        rows.append(("RAM", bytes_text(total) if isinstance(total, (int, float)) else number(total)))
     rows.append(("accelerators", _accelerators(machine)))
     versions = [f"{name} {number(software[name])}" for name in ("python", "torch", "numpy", "cuda_runtime", "cudnn")
                 if name in software and not isinstance(software[name], dict)]
     not_read = _reason(machine.get("software"))
-    rows.append(("versions", ", ".join(versions) or (f"n/a ({not_read})" if not_read else "n/a")))
+    rows.append(("versions", ", ".join(versions) or not_available(not_read or None)))
     if software.get("os"):
         rows.append(("system", number(software["os"])))
     items = "".join(f"<tr><th>{escape(key)}</th><td>{escape(value)}</td></tr>" for key, value in rows)
@@ -230,12 +207,12 @@ def _section(value: object) -> dict:
 def _accelerators(machine: dict) -> str:
     found = machine.get("accelerators")
     if _reason(found):
-        return f"n/a ({_reason(found)})"
+        return not_available(_reason(found))
     if found:
         return "; ".join(_accelerator(item) for item in found)
     why = [line.split(": ", 1)[1] for line in machine.get("unmeasured") or []
            if isinstance(line, str) and line.startswith("accelerators") and ": " in line]
-    return f"none ({'; '.join(why)})" if why else "none" if "accelerators" in machine else "n/a"
+    return f"none ({'; '.join(why)})" if why else "none" if "accelerators" in machine else NA
 
 
 def _accelerator(item: object) -> str:
@@ -243,7 +220,7 @@ def _accelerator(item: object) -> str:
         return number(item)
     memory = item.get("memory_bytes")
     driver = item.get("driver_version")
-    text = f"{number(item.get('name'))} ({gibibytes(memory) if isinstance(memory, int) else 'memory n/a'}"
+    text = f"{number(item.get('name'))} ({bytes_text(memory) if isinstance(memory, int) else f'memory {NA}'}"
     return text + (f", driver {driver})" if isinstance(driver, str) else ")")
 
 
@@ -258,7 +235,7 @@ def write_html(path: str | Path, text: str) -> Path:
 
 def factor(value: float | None) -> str:
     """A ratio such as a speed-up: 106×, 2.06×, 1.5×."""
-    return "n/a" if value is None else f"{value:.3g}×"
+    return NA if value is None else f"{value:.3g}×"
 
 
 def stacked_bars(axes, positions: Sequence[float], parts: dict[str, Sequence[float]],

@@ -4,8 +4,9 @@ each GPU, the check against a measured step (when --check ran), the notes, what 
 
 from __future__ import annotations
 
-from gpufeed.report.html import Page, gibibytes, new_figure, size_text
+from gpufeed.report.html import Page, new_figure
 from gpufeed.report.plan_check import check_section
+from gpufeed.units import bytes_text, size_text
 
 PEAK_PARTS = (("weights", "weights", "#1f77b4"), ("gradients", "gradients", "#ff7f0e"),
               ("optimizer state", "optimizer", "#9467bd"), ("activations", "activations", "#2ca02c"),
@@ -26,7 +27,7 @@ def language_plan_page(document: dict) -> Page:
     page = Page(f"gpufeed plan: {request['model']}, {tune['method']}, {request['batch_size']} x "
                 f"{document['sequence_length']} tokens, {request['precision']}", document["about"])
     fitting = [gpu for gpu in document["gpus"] if gpu["fits"]]
-    page.paragraph(f"The step peaks at {gibibytes(memory['peak_bytes'])} in the {memory['peak_phase']}: "
+    page.paragraph(f"The step peaks at {bytes_text(memory['peak_bytes'])} in the {memory['peak_phase']}: "
                    + (f"it fits on {len(fitting)} of the {len(document['gpus'])} GPUs in the catalog, the smallest "
                       f"{fitting[0]['name']}." if fitting else "it fits on none of the catalog's GPUs."), "lead")
     page.heading("Request")
@@ -64,7 +65,7 @@ def language_plan_page(document: dict) -> Page:
     axes.set_yticks([0], ["peak"])
     axes.set_xlabel("GiB (2^30 bytes)")
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.6), ncol=3, fontsize=8, frameon=False)
-    page.chart(figure, f"What the peak holds, {gibibytes(memory['peak_bytes'])} in all.")
+    page.chart(figure, f"What the peak holds, {bytes_text(memory['peak_bytes'])} in all.")
     if document.get("flops_per_token") is not None:
         rule = "6N + 12·L·h·s" if tune["method"] == "full" else "4N + 2N_trained + 12·L·h·s: no weight gradients " \
                                                                 "for the frozen base"
@@ -72,7 +73,7 @@ def language_plan_page(document: dict) -> Page:
     page.heading("What fits on one GPU")
     page.table(["GPU", "memory", "fits", f"max batch at {document['sequence_length']} tokens",
                 f"max tokens at batch {request['batch_size']}", "precision", "notes"],
-               [(gpu["name"], f"{gpu['memory_bytes'] / 2**30:,.0f} GiB", "yes" if gpu["fits"] else "no",
+               [(gpu["name"], bytes_text(gpu["memory_bytes"], "GiB", 0), "yes" if gpu["fits"] else "no",
                  f"{gpu['max_batch_size']:,}", f"{gpu['max_sequence_length']:,}", gpu["precision"], gpu["notes"])
                 for gpu in document["gpus"]])
     if document.get("check"):

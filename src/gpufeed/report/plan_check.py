@@ -3,7 +3,8 @@ peak against the one measured here, and the check's own lines (plan/check.py, pl
 
 from __future__ import annotations
 
-from gpufeed.report.html import Page, size_text
+from gpufeed.report.html import Page
+from gpufeed.units import NA, size_text
 
 
 def check_section(page: Page, check: dict) -> None:
@@ -11,7 +12,7 @@ def check_section(page: Page, check: dict) -> None:
     if check.get("predicted_peak_bytes") is not None and check.get("measured_peak_bytes") is not None:
         page.table(["predicted peak", "measured peak", "error of the prediction"],
                    [(size_text(check["predicted_peak_bytes"]), size_text(check["measured_peak_bytes"]),
-                     "n/a" if check.get("error_fraction") is None else f"{check['error_fraction']:+.1%}")],
+                     NA if check.get("error_fraction") is None else f"{check['error_fraction']:+.1%}")],
                    caption="Peak device memory as the method below counts it")
     page.bullets(check.get("lines") or [])
     page.paragraph(f"Method: {check['method']}")

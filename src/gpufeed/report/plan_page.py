@@ -9,17 +9,9 @@ measured. Documents from before the roofline planner (compute with `mfu`, no per
 
 from __future__ import annotations
 
-from gpufeed.report.html import (
-    Page,
-    chart_text,
-    gibibytes,
-    new_figure,
-    number,
-    percent,
-    plain_log_ticks,
-    size_text,
-)
+from gpufeed.report.html import Page, chart_text, new_figure, number, plain_log_ticks
 from gpufeed.report.plan_check import check_section
+from gpufeed.units import NA, bytes_as, bytes_text, fixed, percent, size_text
 
 MEMORY_PARTS = (("weights", "weights_bytes", "#1f77b4"), ("gradients", "gradients_bytes", "#ff7f0e"),
                 ("optimizer state", "optimizer_bytes", "#9467bd"), ("activations", "activations_bytes", "#2ca02c"),
@@ -57,14 +49,14 @@ def _request_table(page: Page, request: dict) -> None:
     shown = {**request, "input_shape": shape_text(request["input_shape"])}
     defaults = {"target_hours": "not set", "bytes_per_sample": "the input's element count (uint8)",
                 "host_gpu": "the top-ranked GPU that fits"}
-    page.table(["setting", "value"], [(name.replace("_", " "), defaults.get(name, "n/a") if value is None else value)
+    page.table(["setting", "value"], [(name.replace("_", " "), defaults.get(name, NA) if value is None else value)
                                       for name, value in shown.items()])
 
 
 def _memory_section(page: Page, document: dict) -> None:
     memory = document["memory"]
     page.heading("Device memory of one training step")
-    page.paragraph(f"Peak: {gibibytes(memory['peak_bytes'])} per GPU at batch {memory['batch_size']} "
+    page.paragraph(f"Peak: {bytes_text(memory['peak_bytes'])} per GPU at batch {memory['batch_size']} "
                    f"({memory['precision']}, {memory['optimizer']}, {memory['parameters']:,} parameters); method: "
                    f"{memory['method']}.")
     figure, axes = new_figure(8.0, 1.9)
@@ -74,7 +66,7 @@ def _memory_section(page: Page, document: dict) -> None:
                   label=f"{label} {size_text(memory[key])}")
         left += memory[key]
     axes.axvline(memory["peak_bytes"] / 2**30, color="black", linestyle="--", linewidth=1.2,
-                 label=f"peak {gibibytes(memory['peak_bytes'])}")
+                 label=f"peak {bytes_text(memory['peak_bytes'])}")
     axes.set_yticks([0], [f"batch {memory['batch_size']}"])
     axes.set_xlabel("GiB (2^30 bytes) per GPU")
     axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.55), ncol=3, fontsize=8, frameon=False)
@@ -97,7 +89,7 @@ def _fit_chart(page: Page, document: dict) -> None:
         axes.annotate(text, (max(capacities[index], peak / 2**30), index), textcoords="offset points",
                       xytext=(3, -3), fontsize=7)  # right of the need line, so that the line does not cross it
     axes.axvline(peak / 2**30, color="black", linestyle="--", linewidth=1.2)
-    axes.annotate(f"need {gibibytes(peak)}", (peak / 2**30, -0.6), textcoords="offset points", xytext=(3, 0),
+    axes.annotate(f"need {bytes_text(peak)}", (peak / 2**30, -0.6), textcoords="offset points", xytext=(3, 0),
                   fontsize=8, va="bottom", annotation_clip=False)
     axes.set_yticks(range(len(gpus)), [chart_text(gpu["name"]) for gpu in gpus], fontsize=8)
     axes.set_ylim(len(gpus) - 0.5, -1.2)
@@ -127,7 +119,7 @@ def _gpu_section(page: Page, document: dict) -> None:
                        f"{cards}, in the document's ranking: {timed}, on-demand rent in USD for those hours, and "
                        f"list price in USD to buy (of the GPUs as sold); "
                        f"each axis logarithmic where its values span more than a factor of 10 (hollow: the step "
-                       f"does not fit; n/a: not in the catalog).")
+                       f"does not fit; {NA}: not in the catalog).")
     page.table(["rank", "GPU", "memory", "fits", "max batch", "precision", "samples/s", "hours", "hours band",
                 "rent USD/h", "rent USD per job", "buy USD (GPUs)", "price date", "energy kWh"],
                [_gpu_row(index, gpu) for index, gpu in enumerate(gpus, 1)],
@@ -138,12 +130,12 @@ def _gpu_section(page: Page, document: dict) -> None:
 
 
 def _dot_panel(axes, gpus: list[dict], key: str, label: str, errors: bool = False) -> None:
-    """One dot per GPU; 'n/a' written where the document has no figure."""
+    """One dot per GPU; NA written where the document has no figure."""
     known = [gpu[key] for gpu in gpus if gpu[key]]
     for index, gpu in enumerate(gpus):
         colour = FITS_COLOUR if gpu["fits"] else MISSES_COLOUR
         if not gpu[key]:
-            axes.text(0.02, index, "n/a", transform=axes.get_yaxis_transform(), fontsize=7, va="center",
+            axes.text(0.02, index, NA, transform=axes.get_yaxis_transform(), fontsize=7, va="center",
                       color="#777777")
             continue
         spread = None
@@ -167,16 +159,16 @@ def _dot_panel(axes, gpus: list[dict], key: str, label: str, errors: bool = Fals
 
 def _gpu_row(rank: int, gpu: dict) -> list:
     def shown(key: str, spec: str) -> str:
-        return "n/a" if gpu[key] is None else format(gpu[key], spec)
+        return NA if gpu[key] is None else format(gpu[key], spec)
 
-    band = "n/a" if gpu["hours_low"] is None else f"{gpu['hours_low']:.3g}-{gpu['hours_high']:.3g}"
+    band = NA if gpu["hours_low"] is None else f"{gpu['hours_low']:.3g}-{gpu['hours_high']:.3g}"
     buy = shown("cost_buy_usd", ",.0f")
     if gpu.get("buy_gpus") and gpu["cost_buy_usd"] is not None:
         buy += f" ({gpu['buy_gpus']})"
-    per_hour = "n/a" if gpu.get("rent_usd_per_hour") is None else f"{gpu['rent_usd_per_hour']:,.2f}"
-    samples = "n/a" if gpu.get("samples_per_s") is None else f"{gpu['samples_per_s']:,.0f}"
-    return [rank, gpu["name"], f"{gpu['memory_bytes'] / 2**30:,.0f} GiB", gpu["fits"], gpu["max_batch_size"],
-            gpu.get("precision") or "n/a", samples, shown("hours", ".3g"), band, per_hour,
+    per_hour = fixed(gpu.get("rent_usd_per_hour"), 2)
+    samples = fixed(gpu.get("samples_per_s"), 0)
+    return [rank, gpu["name"], bytes_text(gpu["memory_bytes"], "GiB", 0), gpu["fits"], gpu["max_batch_size"],
+            gpu.get("precision") or NA, samples, shown("hours", ".3g"), band, per_hour,
             shown("cost_rent_usd", ",.2f"), buy, shown("price_date", ""), shown("energy_kwh", ".3g")]
 
 
@@ -220,10 +212,10 @@ def _host_section(page: Page, document: dict) -> None:
         page.paragraph(f"The machine to buy around {document['host_gpu']}: {host['system']}.")
     else:
         page.paragraph(f"What the machine around {document['request']['gpus']} x {document['host_gpu']} needs.")
-    rows = [("RAM", f"{gibibytes(host['ram_bytes'])} (at least {gibibytes(host['ram_minimum_bytes'])})",
+    rows = [("RAM", f"{bytes_text(host['ram_bytes'])} (at least {bytes_text(host['ram_minimum_bytes'])})",
              host["ram_reason"])]
     if host.get("ram_cache_bytes"):
-        rows.append(("RAM to keep the dataset cached (a choice)", gibibytes(host["ram_cache_bytes"]),
+        rows.append(("RAM to keep the dataset cached (a choice)", bytes_text(host["ram_cache_bytes"]),
                      host["ram_cache_reason"]))
     if host.get("bytes_reason"):
         rows.append(("bytes per sample", f"{host['bytes_per_sample']:,}", host["bytes_reason"]))
@@ -233,9 +225,9 @@ def _host_section(page: Page, document: dict) -> None:
     if host.get("cpu_cores_other_decode") is not None:
         other = "--decode gpu" if host.get("decode") == "cpu" else "--decode cpu"
         rows.append((f"CPU cores with {other}", host["cpu_cores_other_decode"], host["cpu_other_decode_reason"]))
-    rows += [("disk", gibibytes(host["disk_bytes"]), host["disk_reason"]),
-             ("disk reads", f"{number(host['disk_read_bytes_per_s'] / 2**20)} MiB/s", "while the data is not in "
-                                                                                     "the page cache (see disk)"),
+    rows += [("disk", bytes_text(host["disk_bytes"]), host["disk_reason"]),
+             ("disk reads", f"{number(bytes_as(host['disk_read_bytes_per_s'], 'MiB'))} MiB/s",
+              "while the data is not in the page cache (see disk)"),
              ("power supply", f"{host['psu_watts']:,} W", host["psu_arithmetic"])]
     if host.get("reference_system"):
         rows.append(("reference system", "", host["reference_system"]))

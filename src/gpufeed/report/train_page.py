@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 
-from gpufeed.report.html import PART_COLOURS, Page, mebibytes, new_figure, number, percent, stacked_bars
+from gpufeed.report.html import PART_COLOURS, Page, new_figure, number, stacked_bars
+from gpufeed.units import bytes_text, fixed, not_available, percent
 
 MAX_BARS = 200  # more log intervals than this are drawn in groups of consecutive intervals
 MAX_POINTS = 1000  # more log intervals than this are drawn over time as means of consecutive intervals
@@ -38,19 +39,20 @@ def _headline(page: Page, document: dict) -> None:
     page.heading("Result")
     page.paragraph(f"Validation accuracy {percent(document['validation_accuracy'], 1)} after "
                    f"{document['steps']:,} steps ({document['epochs']} epoch{'s' * (document['epochs'] != 1)}) at "
-                   f"{document['samples_per_s']:,.0f} samples/s.", css="lead")
+                   f"{fixed(document['samples_per_s'], 0, 'samples/s')}.", css="lead")
     page.paragraph(f"Verdict: {document['verdict']}.")
     cuda = str(document["device"]).startswith("cuda")
     busy = document["device_busy_fraction"]
     rows = [("validation accuracy", percent(document["validation_accuracy"], 1)),
             ("validation loss", number(document["validation_loss"])),
-            ("throughput", f"{document['samples_per_s']:,.0f} samples/s"),
+            ("throughput", fixed(document["samples_per_s"], 0, "samples/s")),
             ("data wait share", percent(document["data_wait_fraction"], 1)),
-            ("device busy share", percent(busy, 1) if busy is not None else "n/a (measured with CUDA events only)"),
+            ("device busy share",
+             percent(busy, 1) if busy is not None else not_available("measured with CUDA events only")),
             ("GPU utilization (NVML, mean)", number(document.get("gpu_utilization_percent"))
              + ("" if document.get("gpu_utilization_percent") is None else " %")),
             ("peak device memory allocated" if cuda else "peak resident memory of the process",
-             mebibytes(document["peak_memory_bytes"])),
+             bytes_text(document["peak_memory_bytes"], "MiB", 0)),
             ("model", f"{document['model']}, {document['parameters']:,} parameters"),
             ("device", f"{document['device']}, {document['precision']}, world size {document['world_size']}"),
             ("batch", f"{document['batch_size']} per device, {document['effective_batch_size']} in all, "

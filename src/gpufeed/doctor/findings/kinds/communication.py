@@ -19,6 +19,7 @@ from gpufeed.doctor.findings.grading import confidence, new_finding, severity
 from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
 from gpufeed.doctor.notes import Notes
+from gpufeed.units import bytes_text
 
 if TYPE_CHECKING:
     from gpufeed.doctor.observation import Observation
@@ -78,9 +79,9 @@ class Communication(Kind):
 
 
 def fix(exposed_ms: float, nbytes: float) -> tuple[str, str]:
-    fix = (f"Each step waits {exposed_ms:.1f} ms for the gradient all-reduce ({nbytes / 2**20:,.1f} MiB) after the "
-           f"backward pass: communication is not hidden. Do more compute per all-reduce: a larger per-rank batch, "
-           f"or gradient accumulation with the all-reduce skipped under no_sync() on all micro-batches but the "
+    fix = (f"Each step waits {exposed_ms:.1f} ms for the gradient all-reduce ({bytes_text(nbytes, 'MiB', 1)}) "
+           f"after the backward pass: communication is not hidden. Do more compute per all-reduce: a larger per-rank "
+           f"batch, or gradient accumulation with the all-reduce skipped under no_sync() on all micro-batches but the "
            f"last; let DDP overlap and copy less (gradient_as_bucket_view=True, static_graph=True when the graph "
            f"does not change, a bucket_cap_mb that starts the first all-reduce earlier); and send half the bytes "
            f"with a compression hook (fp16_compress_hook on any backend, bf16_compress_hook with NCCL).")

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from gpufeed.doctor.findings.grading import new_finding
 from gpufeed.doctor.findings.kind import Evidence, Judged, Kind
 from gpufeed.doctor.findings.report import Finding
+from gpufeed.units import bytes_text
 
 if TYPE_CHECKING:
     from gpufeed.doctor.notes import Notes
@@ -106,12 +107,13 @@ def project(reading: WorkerMemoryReading) -> Projection | None:
         s = _fit(growth / objects, k_base, k_now, copied)
         projected = now + int(objects * (copied(end_k, s) - copied(k_now, s)))
         curve = tuple((mark, now + int(objects * (copied(reads_by(mark), s) - copied(k_now, s)))) for mark in marks)
-        how = (f"copy-on-read: {objects / 2**20:,.0f} MiB of the Dataset's Python objects, of which a worker copies "
-               f"the pages it reads at random: {growth / 2**20:,.1f} MiB from its read {k_base:,.0f} to its read "
+        how = (f"copy-on-read: {bytes_text(objects, 'MiB', 0)} of the Dataset's Python objects, of which a worker "
+               f"copies the pages it reads at random: {bytes_text(growth, 'MiB', 1)} from its read {k_base:,.0f} to "
+               f"its read "
                f"{k_now:,.0f} of {end_k:,.0f} fits {s:.1f} samples a page, so it holds "
                f"{copied(end_k, s):.0%} of them by the epoch's end (never more than all "
-               f"{objects / 2**20:,.0f} MiB); a straight line would say "
-               f"{(start + per_1000 * (reading.epoch_batches - first[1]) / 1000) / 2**20:,.0f} MiB")
+               f"{bytes_text(objects, 'MiB', 0)}); a straight line would say "
+               f"{bytes_text(start + per_1000 * (reading.epoch_batches - first[1]) / 1000, 'MiB', 0)}")
         available = reading.available_bytes
         if available is not None:
             target = copied(k_now, s) + available / nodes / objects  # the copied share at which the RAM is full
@@ -122,7 +124,7 @@ def project(reading: WorkerMemoryReading) -> Projection | None:
     elif objects > 0 and growth >= objects:
         projected = now
         curve = tuple((mark, now) for mark in marks)
-        how = (f"copy-on-read: the workers have copied all {objects / 2**20:,.0f} MiB of the Dataset's Python "
+        how = (f"copy-on-read: the workers have copied all {bytes_text(objects, 'MiB', 0)} of the Dataset's Python "
                f"objects already; they grow no further this epoch")
     else:
         projected = now + int(per_1000 * left / 1000)
@@ -219,8 +221,8 @@ class WorkerMemory(Kind):
         if memory is None:
             return findings
         worker_bytes = WorkerMemoryEvidence.of(memory.evidence).projected_worker_bytes
-        cost = (f" Each worker costs about {worker_bytes / 2**30:.2f} GiB of RAM by the epoch's end here, and the RAM "
-                f"runs out already (worker_memory): fix that first.")
+        cost = (f" Each worker costs about {bytes_text(worker_bytes, 'GiB', 2, grouped=False)} of RAM by the "
+                f"epoch's end here, and the RAM runs out already (worker_memory): fix that first.")
         return [dataclasses.replace(f, fix=f.fix + cost) if f.kind != self.NAME and "num_workers" in f.fix + f.snippet
                 else f for f in findings]
 
@@ -254,8 +256,8 @@ class WorkerMemory(Kind):
 
 
 def fix(evidence: dict) -> tuple[str, str]:
-    worker_gib = evidence["projected_worker_bytes"] / 2**30
-    total_gib = evidence["projected_total_bytes"] / 2**30
+    worker, total = (bytes_text(evidence[key], "GiB", 2, grouped=False)
+                     for key in ("projected_worker_bytes", "projected_total_bytes"))
     held = evidence["dataset_objects"]
     named = (f"the Dataset's {held[0]['attribute']} ({held[0]['type']} of {held[0]['length']:,} Python objects)"
              if held else "the Dataset's Python objects")
@@ -263,12 +265,12 @@ def fix(evidence: dict) -> tuple[str, str]:
             f"{evidence['epoch_batches']:,} in the epoch." if evidence.get("runs_out_at_batch") is not None else "")
     text = (f"Each of the {evidence['workers']} DataLoader workers copies {named} page by page as it reads them "
             f"(reading a Python object writes its reference count, so fork's shared pages become private): "
-            f"about {worker_gib:.2f} GiB per worker by the end of the epoch, {total_gib:.2f} GiB for the "
+            f"about {worker} per worker by the end of the epoch, {total} for the "
             f"{evidence['workers'] * evidence['ranks_on_node']} workers on this node.{when} Hold the data in numpy "
             f"arrays or tensors (one object each, not one per sample), or in a packed file (`gpufeed pack`, read "
             f"with gpufeed.Feed); call gc.freeze() before the loader starts, so garbage collection does not write "
             f"to the parent's objects in the workers; as a stopgap, fewer workers (each saves about "
-            f"{worker_gib:.2f} GiB).")
+            f"{worker}).")
     snippet = ("import gc, numpy\n"
                "# in the Dataset's __init__: one array per field instead of a list of Python objects\n"
                "self.paths = numpy.array(paths, dtype=numpy.bytes_)  # or numpy.str_\n"
