@@ -2,6 +2,7 @@
 
 Each kind declares the keys only its body has, its body check (the shape of every value its page reads, as data),
 its page and its old key names; report/document.py checks a document and makes its page through it alone.
+compare/kinds.py gives the kinds a comparison can be of (compare.py's `COMPARED`) their comparable figures.
 
 Modules:
 - kind.py: DocumentKind, the contract; the machine readings every page's conditions block reads; RENAMED_KEYS

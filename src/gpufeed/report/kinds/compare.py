@@ -1,7 +1,7 @@
 """The comparison (cli/compare.py's and the doctor's A/B mode's --json, docs/design.md "compare"): its body keys
 and what its page (report/compare_page.py) reads. `COMPARED` are the kinds a comparison can be of, in the order
-compare names them. A comparison of a kind with a verdict (the doctor's) also sets both runs' verdicts and findings
-side by side."""
+compare names them; compare/kinds.py gives each its comparable figures, and a test holds the two lists equal. A
+comparison of a kind with a verdict (the doctor's) also sets both runs' verdicts and findings side by side."""
 
 from __future__ import annotations
 

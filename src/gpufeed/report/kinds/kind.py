@@ -2,8 +2,8 @@
 
 A kind is the command that writes it, the keys only its body has (a body without them was written by another
 command, or its `about.command` was edited), the shape of what its page reads (its body check: shapes.py), the
-page itself, and how a document saved under older key names reads under today's. Generic code (report/document.py)
-looks a kind up by `about.command` in KINDS (kinds/__init__.py) and never tests its name.
+page itself, and how a document saved under older key names reads under today's. Generic code (report/document.py,
+compare/) looks a kind up by `about.command` in KINDS (kinds/__init__.py) and never tests its name.
 """
 
 from __future__ import annotations
