@@ -6,6 +6,7 @@ from __future__ import annotations
 from gpufeed.report.kinds.shapes import (
     All,
     Anything,
+    Either,
     EmptyOr,
     IfKey,
     ListOf,
@@ -14,6 +15,7 @@ from gpufeed.report.kinds.shapes import (
     Number,
     Pattern,
     Record,
+    Rule,
     Switch,
     Text,
     When,
@@ -71,3 +73,16 @@ def test_conditional_shapes_pick_their_case():
     assert text(cache, {"cache": 0}) is None and text(cache, {"cache": 5}) == "lacks the key reason"
     band = When("low", Record({"high": Number}), not_null=True)
     assert text(band, {"low": None}) is None and text(band, {"low": 0}) == "lacks the key high"
+
+
+def test_either_names_the_problem_inside_the_value_and_a_rule_its_words():
+    listed = Either(ListOf(Number), MapOf(Number))
+    assert text(listed, [1]) is None and text(listed, {"a": 1}) is None
+    assert text(listed, [1, "x"]) == \
+        "has a value of the wrong kind ([1]: a number expected, found the string 'x')"
+    assert text(listed, 3) == "has a value of the wrong kind (the body: a list or an object expected, found the " \
+                              "number 3)"
+    band = Rule("low <= high", lambda value: value["low"] <= value["high"])
+    assert text(band, {"low": 1, "high": 2}) is None
+    assert text(band, {"low": 3, "high": 2}) == \
+        "has a value of the wrong kind (the body: low <= high expected, found otherwise)"

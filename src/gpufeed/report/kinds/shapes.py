@@ -70,26 +70,13 @@ class Shape:
 
 @dataclass(frozen=True)
 class Scalar(Shape):
-    """A JSON scalar of one kind, with an optional bound (a number the page divides by or takes the log of)."""
+    """A JSON scalar of one of `kinds`."""
 
     words: str
     kinds: tuple[type, ...]
-    minimum: float | None = None  # the value is at least this
-    above: float | None = None  # the value is more than this
 
     def problem(self, value: object, place: str) -> Problem | None:
-        if not isinstance(value, self.kinds):
-            return self.wrong(value, place)
-        if (self.minimum is not None and value < self.minimum) or (self.above is not None and value <= self.above):
-            return self.wrong(value, place)
-        return None
-
-    def at_least(self, minimum: float) -> Scalar:
-        words = "a number of at least 0" if minimum == 0 else f"a number of at least {minimum:g}"
-        return Scalar(words, self.kinds, minimum=minimum)
-
-    def over(self, bound: float) -> Scalar:
-        return Scalar("a positive number" if bound == 0 else f"a number over {bound:g}", self.kinds, above=bound)
+        return None if isinstance(value, self.kinds) else self.wrong(value, place)
 
 
 Number = Scalar("a number", (int, float))  # true and false too: Python reads them as 1 and 0, and so do the pages
@@ -223,8 +210,8 @@ class Record(Shape):
 
 @dataclass(frozen=True)
 class Either(Shape):
-    """A value of any of `shapes` (tried in order); the problem named is that of the first whose JSON kind
-    matches (an object's, for an object), else the first's."""
+    """A value of any of `shapes` (tried in order). The problem named is the first found inside the value (by an
+    alternative of its kind: a list's item, an object's key), else that it is none of them."""
 
     shapes: tuple[Shape, ...]
 
