@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpufeed import __version__
 from gpufeed.cli.main import main
 
 FIXTURES = Path(__file__).parent.parent / "report" / "fixtures"
@@ -115,6 +116,23 @@ def test_damaged_field_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path:
     source = write_json(tmp_path / "damaged.json", document)
     assert main(["report", str(source)]) == 2
     assert command in one_error_line(capsys)
+    assert not source.with_suffix(".html").exists()
+
+
+def test_an_error_in_a_page_is_a_bug_shown_with_its_traceback(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """An intact document whose page raises: a bug of gpufeed's, not "was it edited or damaged?" (exit 1)."""
+    def misspelt(_document: dict) -> None:
+        raise KeyError("validaton_accuracy")
+
+    monkeypatch.setattr("gpufeed.report.train_page.train_page", misspelt)
+    source = tmp_path / "run.json"
+    shutil.copy(FIXTURES / "train.json", source)
+    assert main(["report", str(source)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "KeyError: 'validaton_accuracy'" in err and "damaged" not in err
+    assert err.endswith(f"\nerror: this is a bug in gpufeed {__version__}; please report it with the traceback "
+                        f"above\n")
     assert not source.with_suffix(".html").exists()
 
 

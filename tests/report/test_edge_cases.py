@@ -149,13 +149,28 @@ def test_a_gain_saved_before_the_fix_and_the_bound_were_told_apart_still_draws()
     assert "Tried: the change: 106.41x. How: replayed the first 8 batches: 30 steps." in text
 
 
-def test_an_arithmetic_error_in_a_page_is_one_line(monkeypatch: pytest.MonkeyPatch):
+def test_an_error_in_a_page_is_a_bug_and_not_blamed_on_the_document(monkeypatch: pytest.MonkeyPatch):
+    """A page that raises on a document its checks passed is a bug of gpufeed's: the error propagates (before,
+    any such error read "was it edited or damaged?", blaming the user's fresh document)."""
     def divide(_document):
         return 1 / 0
 
     monkeypatch.setattr("gpufeed.report.doctor_page.doctor_page", divide)
-    with pytest.raises(ConfigError, match="the doctor document has a value of the wrong kind"):
+    with pytest.raises(ZeroDivisionError):
         render(load("doctor"))
+
+
+def test_a_damaged_value_is_named_by_its_place_in_the_document():
+    doctor = load("doctor")
+    doctor["timeline"]["steps"][3]["wall_s"] = "fast"
+    with pytest.raises(ConfigError) as caught:
+        render(doctor)
+    assert str(caught.value) == (
+        "the doctor document has a value of the wrong kind (timeline.steps[3].wall_s: a number expected, found the "
+        "string 'fast'): was it edited or damaged? write it again with `gpufeed doctor --json`")
+    del doctor["timeline"]["steps"][3]["wall_s"]
+    with pytest.raises(ConfigError, match=r"the doctor document lacks the key timeline\.steps\[3\]\.wall_s: was"):
+        render(doctor)
 
 
 # --- long runs -----------------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ import copy
 import json
 from pathlib import Path
 
-from gpufeed.report.document import RENAMED_KEYS, current_names, load_document, render
+from gpufeed.report.document import current_names, load_document, render
+from gpufeed.report.kinds.kind import RENAMED_KEYS
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -1,10 +1,14 @@
-"""Build the parser, run one command, map errors to exit statuses (0 done, 1 failed, 2 wrong input)."""
+"""Build the parser, run one command, map errors to exit statuses (0 done, 1 failed, 2 wrong input).
+
+Any other exception is a bug of gpufeed's, not the user's: its traceback, then one line asking for a report
+(exit status 1)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import traceback
 from typing import NoReturn
 
 from gpufeed.errors import GpufeedError
@@ -76,6 +80,18 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception:  # neither the input nor the work: a bug of ours
+        return report_bug()
+
+
+def report_bug() -> int:
+    """The exception being handled, shown as a bug: its traceback and one line asking for a report. Exit status 1."""
+    from gpufeed import __version__
+
+    traceback.print_exc(file=sys.stderr)
+    print(f"error: this is a bug in gpufeed {__version__}; please report it with the traceback above",
+          file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

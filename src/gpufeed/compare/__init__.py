@@ -2,5 +2,7 @@
 whether the difference is real. documents.py compares two saved results; pairs.py runs a baseline and a new
 training alternately (the doctor's A/B mode, its runs through doctor/runs/); measure/difference.py judges the
 differences; model.py holds the result.
-figures.py turns each run's samples into judged figures; doctor.py, train.py and bench.py read each command's
-samples from its document; conditions.py says what differs besides the change; headline.py words the result."""
+figures.py turns each run's samples into judged figures; comparable.py is what compare needs of a kind of
+document (Comparable), and doctor.py, train.py and bench.py are each command's: its samples, settings and headline;
+kinds.py lists them (COMPARABLE); conditions.py says what differs besides the change; headline.py words the
+result."""

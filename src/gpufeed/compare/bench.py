@@ -12,9 +12,11 @@ import math
 
 import numpy as np
 
+from gpufeed.compare.comparable import Comparable, as_text
 from gpufeed.compare.figures import Series
 from gpufeed.compare.model import Figure
-from gpufeed.measure.difference import Samples
+from gpufeed.measure.difference import RESAMPLES, Samples
+from gpufeed.report.kinds.bench import BENCH as BENCH_DOCUMENT
 
 
 def _samples(entry: dict, scale: float = 1000.0) -> Samples:
@@ -59,3 +61,43 @@ def training_ratio(figures: list[Figure]) -> tuple[float | None, tuple[float, fl
     high = max(f.interval.high / f.base for f in judged)
     same_way = all(f.worse for f in judged) or not any(f.worse for f in judged)
     return ratio, (low, high), all(f.real for f in judged) and same_way
+
+
+def largest_change(figures: list[Figure]) -> str:
+    """The headline's body for bench: the figure that changed the most, as a speed."""
+    changed = [f for f in figures if f.ratio is not None and f.real is not False]
+    if not changed:
+        return "no figure changed beyond the noise"
+    top = max(changed, key=lambda f: abs(f.ratio - 1.0))
+    speed = 1.0 / top.ratio
+    return f"the largest change: {top.name}, {speed:.2f}x as fast" + ("" if top.real else " (not judged)")
+
+
+class BenchComparable(Comparable):
+    """Bench's side of a comparison: its repeats (independent: resampled in blocks of one), no step that its
+    figures are parts of, its time per sample that of its training steps, and the largest change as the
+    headline's body."""
+
+    kind = BENCH_DOCUMENT
+
+    def series(self, document: dict, parts: bool | None = None) -> list[Series]:
+        return bench_series(document)
+
+    def settings(self, document: dict) -> dict[str, str]:
+        return {key: as_text(value) for key, value in (document.get("settings") or {}).items()}
+
+    def sampled(self, document: dict) -> int:
+        entries = [*document.get("kernels", []), *document.get("train_steps", [])]
+        return min((len(entry.get("seconds") or []) for entry in entries), default=0)
+
+    def method(self, counts: tuple[int, int]) -> str:
+        return f"bootstrap of each figure's median over its repeats ({RESAMPLES} resamples), 95% intervals"
+
+    def slower(self, figures: list[Figure]) -> tuple[float | None, tuple[float, float] | None, bool | None]:
+        return training_ratio(figures)
+
+    def headline_parts(self, lead: str, figures: list[Figure]) -> tuple[str, str, str | None]:
+        return lead.replace("per sample", "per sample in its training steps"), largest_change(figures), None
+
+
+BENCH = BenchComparable()

@@ -1,21 +1,14 @@
 """Whether two results are comparable at all: what differs between them besides the change under test, from
-their `about` blocks (machine, versions, command line) and their configurations. Listed before the figures; a
-different machine (CPU model, core count, GPUs) also goes into the headline."""
+their `about` blocks (machine, versions, command line) and their settings (each kind's, compare/kinds.py). Listed
+before the figures; a different machine (CPU model, core count, GPUs) also goes into the headline."""
 
 from __future__ import annotations
 
-from collections import Counter
+from gpufeed.compare.comparable import as_text
+from gpufeed.compare.kinds import COMPARABLE
 
 # flags that choose where results go, not what runs: left out when command lines are compared
 OUTPUT_FLAGS = ("--json", "--html", "--markdown", "--out")
-# train configuration keys that do not change what a step does (`explicit`: which flags were given)
-TRAIN_KEYS_IGNORED = ("out", "resume", "log_every_steps", "checkpoint_every_steps", "explicit")
-
-
-def _text(value) -> str:
-    if isinstance(value, dict):  # an NA: {"reason": ...}
-        return "none" if "reason" in value else str(value)
-    return "none" if value is None else str(value)
 
 
 def machine_of(document: dict) -> dict[str, str]:
@@ -24,9 +17,9 @@ def machine_of(document: dict) -> dict[str, str]:
     machine = about.get("machine") or {}
     cpu, software = machine.get("cpu") or {}, machine.get("software") or {}
     gpus = [accelerator.get("name", "?") for accelerator in machine.get("accelerators") or []]
-    return {"CPU": _text(cpu.get("model")), "cores": _text(cpu.get("logical_cores")),
-            "GPUs": ", ".join(gpus) or "none", "torch": _text(software.get("torch")),
-            "CUDA": _text(software.get("cuda_runtime")), "gpufeed": _text(about.get("gpufeed"))}
+    return {"CPU": as_text(cpu.get("model")), "cores": as_text(cpu.get("logical_cores")),
+            "GPUs": ", ".join(gpus) or "none", "torch": as_text(software.get("torch")),
+            "CUDA": as_text(software.get("cuda_runtime")), "gpufeed": as_text(about.get("gpufeed"))}
 
 
 MACHINE_KEYS = ("CPU", "cores", "GPUs")
@@ -49,29 +42,6 @@ def command_words(document: dict) -> list[str]:
     return kept
 
 
-def _doctor_settings(document: dict) -> dict[str, str]:
-    steps = (document.get("timeline") or {}).get("steps") or []
-    sizes = Counter(step.get("batch_size") for step in steps if step.get("batch_size"))
-    verdict = document.get("verdict") or {}
-    return {"batch size": _text(sizes.most_common(1)[0][0] if sizes else None),
-            "world size": _text(verdict.get("world_size", 1)), "device": _text(verdict.get("device"))}
-
-
-def _train_settings(document: dict) -> dict[str, str]:
-    config = document.get("config") or {}
-    settings = {key: _text(value) for key, value in config.items() if key not in TRAIN_KEYS_IGNORED}
-    settings.update({"precision": _text(document.get("precision")), "world size": _text(document.get("world_size")),
-                     "batch size": _text(document.get("effective_batch_size"))})
-    return settings
-
-
-def _bench_settings(document: dict) -> dict[str, str]:
-    return {key: _text(value) for key, value in (document.get("settings") or {}).items()}
-
-
-SETTINGS = {"doctor": _doctor_settings, "train": _train_settings, "bench": _bench_settings}
-
-
 def differences(command: str, base: dict, new: dict, command_lines: bool = True) -> tuple[list[str], bool]:
     """Lines naming what differs (machine first), and whether the machines differ. `command_lines=False`: the
     command lines differ by design (the A/B mode runs two commands) and are not listed."""
@@ -83,7 +53,8 @@ def differences(command: str, base: dict, new: dict, command_lines: bool = True)
     if first["gpufeed"] != second["gpufeed"]:
         lines.append("gpufeed versions differ: its rules may grade the same run differently, so the measured "
                      "parts are compared, not the grades")
-    base_settings, new_settings = SETTINGS[command](base), SETTINGS[command](new)
+    settings = COMPARABLE[command].settings
+    base_settings, new_settings = settings(base), settings(new)
     for key in dict.fromkeys([*base_settings, *new_settings]):
         one, other = base_settings.get(key, "none"), new_settings.get(key, "none")
         if one != other:

@@ -12,10 +12,15 @@ not a figure of that run.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
+from gpufeed.compare.comparable import Comparable, as_text
 from gpufeed.compare.figures import Series
+from gpufeed.compare.model import FindingChange
 from gpufeed.measure.difference import Samples
+from gpufeed.report.kinds.doctor import DOCTOR as DOCTOR_DOCUMENT
 
 PARTS = (("data_wait", "data wait", "data_wait_s"), ("copies", "copies", "copy_s"), ("syncs", "syncs", "sync_s"),
          ("forward", "forward", "forward_s"), ("backward", "backward", "backward_s"),
@@ -111,3 +116,47 @@ def step_ms(document: dict) -> float | None:
 def findings_of(document: dict) -> dict[str, str]:
     """{kind: severity} of a doctor result's findings."""
     return {finding["kind"]: finding["severity"] for finding in document.get("findings") or []}
+
+
+class DoctorComparable(Comparable):
+    """The doctor's side of a comparison: its watched steps split into parts, its settings (batch size, world
+    size, device), and both runs' verdicts and findings."""
+
+    kind = DOCTOR_DOCUMENT
+
+    def series(self, document: dict, parts: bool | None = None) -> list[Series]:
+        return doctor_series(document, parts)
+
+    def settings(self, document: dict) -> dict[str, str]:
+        sizes = Counter(step.get("batch_size") for step in steps_of(document) if step.get("batch_size"))
+        verdict = document.get("verdict") or {}
+        return {"batch size": as_text(sizes.most_common(1)[0][0] if sizes else None),
+                "world size": as_text(verdict.get("world_size", 1)), "device": as_text(verdict.get("device"))}
+
+    def sampled(self, document: dict) -> int:
+        return len(steps_of(document))
+
+    def step_ms(self, document: dict) -> float | None:
+        return step_ms(document)
+
+    def step_times(self, document: dict) -> list[float]:
+        return [1000.0 * step["wall_s"] for step in steps_of(document)]
+
+    def split(self, base: dict, new: dict) -> bool | None:
+        """Split the compute only when both runs have the split."""
+        return has_parts(steps_of(base)) and has_parts(steps_of(new))
+
+    def verdicts(self, base: dict, new: dict) -> tuple[list[FindingChange], tuple, list[str]]:
+        first, second = findings_of(base), findings_of(new)
+        kinds = list(dict.fromkeys([*first, *second]))
+        changes = [FindingChange(kind, first.get(kind), second.get(kind)) for kind in kinds]
+        notes = []
+        base_parts, new_parts = has_parts(steps_of(base)), has_parts(steps_of(new))
+        if base_parts != new_parts:
+            which = "BASE" if not base_parts else "NEW"
+            notes.append(f"{which} has no forward, backward and optimizer per step (format 1, or its model and "
+                         f"optimizer were not found): both runs' compute is compared as one part")
+        return changes, (base["verdict"].get("primary"), new["verdict"].get("primary")), notes
+
+
+DOCTOR = DoctorComparable()

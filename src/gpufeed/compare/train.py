@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpufeed.compare.comparable import Comparable, as_text
 from gpufeed.compare.figures import Series
+from gpufeed.compare.model import Figure
 from gpufeed.measure.difference import Samples
+from gpufeed.report.kinds.train import TRAIN as TRAIN_DOCUMENT
+
+# configuration keys that do not change what a step does (`explicit`: which flags were given)
+KEYS_IGNORED = ("out", "resume", "log_every_steps", "checkpoint_every_steps", "explicit")
 
 
 def _one(value) -> Samples:
@@ -57,3 +63,42 @@ def train_series(document: dict) -> list[Series]:
 def step_ms(document: dict) -> float | None:
     record = per_step(document)
     return 1000.0 * float(np.mean(record["wall_s"])) if record else None
+
+
+class TrainComparable(Comparable):
+    """Train's side of a comparison: its per-step records, its configuration as its settings, and the final
+    validation accuracy of both runs after the headline's parts."""
+
+    kind = TRAIN_DOCUMENT
+
+    def series(self, document: dict, parts: bool | None = None) -> list[Series]:
+        return train_series(document)
+
+    def settings(self, document: dict) -> dict[str, str]:
+        config = document.get("config") or {}
+        settings = {key: as_text(value) for key, value in config.items() if key not in KEYS_IGNORED}
+        settings.update({"precision": as_text(document.get("precision")),
+                         "world size": as_text(document.get("world_size")),
+                         "batch size": as_text(document.get("effective_batch_size"))})
+        return settings
+
+    def sampled(self, document: dict) -> int:
+        record = per_step(document)
+        return len(record["wall_s"]) if record else 0
+
+    def step_ms(self, document: dict) -> float | None:
+        return step_ms(document)
+
+    def step_times(self, document: dict) -> list[float]:
+        record = per_step(document)
+        return [1000.0 * value for value in record["wall_s"]] if record else []
+
+    def headline_parts(self, lead: str, figures: list[Figure]) -> tuple[str, str, str | None]:
+        lead, body, _ = super().headline_parts(lead, figures)
+        accuracy = next((f for f in figures if f.key == "validation_accuracy" and f.difference is not None), None)
+        extra = None if accuracy is None else \
+            f"validation accuracy {accuracy.base:.1%} (BASE) and {accuracy.new:.1%} (NEW)"
+        return lead, body, extra
+
+
+TRAIN = TrainComparable()

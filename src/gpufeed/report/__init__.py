@@ -1,7 +1,9 @@
 """Saved results and the HTML pages made from them: each page is a pure function of its saved --json document.
 
 Modules:
-- document.py: the about block, to_jsonable, loading and checking a saved document, choosing its page
+- document.py: the about block, to_jsonable, loading and checking a saved document and making its page, each through
+  its kind
+- kinds/: the kinds of saved document, one module each (body keys, body check, page), and KINDS, the one list
 - html.py: one self-contained page, headings, tables, notes and matplotlib charts inlined as SVG
 - train_page.py: the page of gpufeed train
 - doctor_page.py: the page of gpufeed doctor

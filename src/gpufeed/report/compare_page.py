@@ -1,6 +1,7 @@
 """The page of `gpufeed compare --html` (and of the doctor's A/B mode): the headline and gate, what differs
 between the runs, the parts of the step side by side as bars, the per-step distributions of both runs, and the
-table of every figure. A pure function of the saved document."""
+table of every figure, and for a kind with a verdict (the doctor's) both runs' verdicts and what changed in their
+findings. A pure function of the saved document (`verdicts`: what its kind says, report/kinds/compare.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from gpufeed.report.html import Page, new_figure, number
 BASE_COLOUR, NEW_COLOUR = "#1f77b4", "#ff7f0e"
 
 
-def compare_page(document: dict) -> Page:
+def compare_page(document: dict, verdicts: bool) -> Page:
     page = Page(f"gpufeed compare: {document['command']}", document["about"])
     page.heading("Result")
     page.paragraph(document["headline"], css="lead")
@@ -33,9 +34,9 @@ def compare_page(document: dict) -> Page:
              judged(f).strip("*")) for f in document["figures"]]
     page.table(["figure", "unit", "BASE", "NEW", "NEW − BASE", "95% interval", "judged"], rows,
                caption=f"judged by: {document['method']}")
-    if document["command"] == "doctor":
-        verdicts = document["verdicts"]
-        page.paragraph(f"Verdict: {verdicts['base'] or 'none'} (BASE), {verdicts['new'] or 'none'} (NEW).")
+    if verdicts:
+        both = document["verdicts"]
+        page.paragraph(f"Verdict: {both['base'] or 'none'} (BASE), {both['new'] or 'none'} (NEW).")
         changed = [f"{f['kind']}: {f['status']} ({f['base'] or '-'} → {f['new'] or '-'})"
                    for f in document["findings"] if f["status"] != "same"]
         page.bullets(changed)

@@ -1,9 +1,10 @@
 """The saved result of a command (its `--json` output) and the page made from it.
 
-Every command that has a page (train, doctor, bench, plan) writes, beside its own keys, an `about` block:
-which command and format wrote it, the gpufeed version, the date, the exact command line and the machine
+Every command that has a page (train, doctor, bench, plan, compare) writes, beside its own keys, an `about`
+block: which command and format wrote it, the gpufeed version, the date, the exact command line and the machine
 (`gpufeed info`'s probe). A page is a pure function of that document, so `gpufeed report RUN.json` rebuilds
-on a laptop the very page that `--html` wrote on the GPU server.
+on a laptop the very page that `--html` wrote on the GPU server. What each kind of document holds, what its page
+reads and which page it is, is its kind's (report/kinds/): this module only looks the kind up by `about.command`.
 """
 
 from __future__ import annotations
@@ -17,17 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from gpufeed.errors import ConfigError
+from gpufeed.report.kinds import KINDS
 
 FORMAT = 2  # what this version writes; raised when a document gains keys a reader needs (2: the samples)
 READABLE_FORMATS = (1, 2)  # what it reads: format 1 lacks format 2's samples, and its pages are made all the same
-PAGE_COMMANDS = ("train", "doctor", "bench", "plan", "compare")
-# Keys only that command's body has: a body without them was written by another command (or edited).
-BODY_KEYS = {"train": ("model", "config", "samples_per_s"), "doctor": ("verdict", "findings"),
-             "bench": ("settings", "kernels"), "plan": ("request", "memory", "gpus"),
-             "compare": ("headline", "figures", "method")}
-# Keys renamed within format 1, old name -> current: documents saved before still make their page
-# (`current_names`). Train's result and each of bench's precision runs carry them.
-RENAMED_KEYS = {"test_accuracy": "validation_accuracy", "test_loss": "validation_loss"}
 
 
 def about(command: str, argv: list[str] | None = None, machine: dict | None = None) -> dict:
@@ -77,35 +71,28 @@ def load_document(path: str | Path) -> dict:
     return check_document(document, str(path))
 
 
-def _renamed(record: dict) -> dict:
-    """`record` with its old key names replaced by the current ones (a current name already there wins)."""
-    if not any(old in record for old in RENAMED_KEYS):
-        return record
-    return {RENAMED_KEYS.get(key, key): value for key, value in record.items()
-            if key not in RENAMED_KEYS or RENAMED_KEYS[key] not in record}
-
-
 def current_names(document: dict) -> dict:
-    """A train or bench document under today's key names (`RENAMED_KEYS`); other documents as they are.
-    A copy where anything is renamed: the document given is never changed."""
-    command = document.get("about", {}).get("command") if isinstance(document.get("about"), dict) else None
-    if command == "train":
-        return _renamed(document)
-    runs = document.get("precision_runs")
-    if command == "bench" and isinstance(runs, list):
-        return {**document, "precision_runs": [_renamed(run) if isinstance(run, dict) else run for run in runs]}
-    return document
+    """A document under today's key names (its kind's `current_names`: train's and bench's test_* keys); a
+    document of no known kind as it is. A copy where anything is renamed: the document given is never changed."""
+    block = document.get("about")
+    command = block.get("command") if isinstance(block, dict) else None
+    kind = KINDS.get(command) if isinstance(command, str) else None
+    return document if kind is None else kind.current_names(document)
 
 
 def check_document(document: object, name: str = "the document") -> dict:
+    """`document` under today's key names when its page can be made from it: an `about` block naming a command
+    with a page and a format this gpufeed reads, that command's body keys, and every value its page reads of the
+    kind the page reads (its kind's body check). Else one line saying what is wrong (ConfigError)."""
     if not isinstance(document, dict) or not isinstance(document.get("about"), dict):
         raise ConfigError(f"{name} has no 'about' block: pages are made from what `gpufeed train|doctor|bench|plan "
                           f"--json` writes (info and pack have no page; older results: run the command again)")
     block = document["about"]
     command, version = block.get("command"), block.get("format")
-    if command not in PAGE_COMMANDS:
+    kind = KINDS.get(command) if isinstance(command, str) else None
+    if kind is None:
         raise ConfigError(f"{name} was written by `gpufeed {command}`, which has no page; pages exist for "
-                          f"{', '.join(PAGE_COMMANDS)}")
+                          f"{', '.join(KINDS)}")
     writer, whole = block.get("gpufeed", "?"), isinstance(version, int) and not isinstance(version, bool)
     if whole and version > max(READABLE_FORMATS):
         raise ConfigError(f"{name} is report format {version} (gpufeed {writer}), newer than this gpufeed reads "
@@ -114,13 +101,19 @@ def check_document(document: object, name: str = "the document") -> dict:
     if not whole or version not in READABLE_FORMATS:  # missing, a string, 0: not a format any gpufeed wrote
         raise ConfigError(f"{name} is report format {version!r} (gpufeed {writer}); this gpufeed reads format "
                           f"{_formats_text()}: use the gpufeed version that wrote it, or run the command again")
-    if not all(key in document for key in BODY_KEYS[command]):
-        like = [other for other, keys in BODY_KEYS.items() if other != command and all(key in document for key in keys)]
+    if not all(key in document for key in kind.body_keys):
+        like = [other.command for other in KINDS.values()
+                if other is not kind and all(key in document for key in other.body_keys)]
         looks = f"; its body is a {like[0]} result" if like else ""
         raise ConfigError(f"{name} says `gpufeed {command}` wrote it, but it lacks a {command} result's keys "
-                          f"({', '.join(key for key in BODY_KEYS[command] if key not in document)}){looks}: was its "
+                          f"({', '.join(key for key in kind.body_keys if key not in document)}){looks}: was its "
                           f"about.command edited? write it again with `gpufeed {command} --json`")
-    return current_names(document)
+    document = kind.current_names(document)
+    problem = kind.problem(document)
+    if problem is not None:
+        raise ConfigError(f"the {command} document {problem.text()}: was it edited or damaged? write it again with "
+                          f"`gpufeed {command} --json`")
+    return document
 
 
 def _formats_text() -> str:
@@ -130,25 +123,10 @@ def _formats_text() -> str:
 
 
 def render(document: dict) -> str:
-    """The page's HTML for a checked document (one saved under older key names too: `current_names`)."""
-    document = current_names(document)
-    command = document["about"]["command"]
-    if command == "train":
-        from gpufeed.report.train_page import train_page as build
-    elif command == "doctor":
-        from gpufeed.report.doctor_page import doctor_page as build
-    elif command == "bench":
-        from gpufeed.report.bench_page import bench_page as build
-    elif command == "compare":
-        from gpufeed.report.compare_page import compare_page as build
-    else:
-        from gpufeed.report.plan_page import plan_page as build
+    """The page's HTML for a document: checked first (check_document: a damaged or edited document is one line,
+    ConfigError), then made by its kind's page. Nothing else is caught: an error in a page is a bug of gpufeed's."""
+    document = check_document(document)
     from gpufeed.report.html import chart_style
 
-    try:
-        with chart_style():
-            return build(document).render()
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError, ArithmeticError) as error:  # edited, damaged
-        what = f"lacks the key {error}" if isinstance(error, KeyError) else f"has a value of the wrong kind ({error})"
-        raise ConfigError(f"the {command} document {what}: was it edited or damaged? write it again with "
-                          f"`gpufeed {command} --json`") from None
+    with chart_style():
+        return KINDS[document["about"]["command"]].page(document).render()

@@ -1,4 +1,5 @@
-"""The page of `gpufeed plan`: a pure function of its saved JSON document (plan/run.py's `plan_json`, plus the
+"""The page of `gpufeed plan` for an image model (a language model's is language_plan_page.py; the plan kind,
+report/kinds/plan.py, chooses): a pure function of its saved JSON document (plan/run.py's `plan_json`, plus the
 `check` block that --check adds).
 
 Reading order: the recommendation, the request, the device memory of one step and which GPUs hold it, time and
@@ -20,10 +21,6 @@ FITS_COLOUR, MISSES_COLOUR = "#2ca02c", "#d62728"
 
 
 def plan_page(document: dict) -> Page:
-    if document.get("kind") == "language_model":
-        from gpufeed.report.language_plan_page import language_plan_page
-
-        return language_plan_page(document)
     request = document["request"]
     page = Page(f"gpufeed plan: {request['model']}, input {shape_text(request['input_shape'])}, "
                 f"batch {request['batch_size']}, {request['precision']}", document["about"])
