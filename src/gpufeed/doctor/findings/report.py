@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.notes import Note
-from gpufeed.measure.difference import WORDS, judged_ratios
+from gpufeed.measure.difference import MIN_CHANGE, WORDS, judged_ratios
 
 SEVERITIES = ("high", "medium", "low", "info")
 
@@ -50,9 +50,12 @@ def gain_headline(gain: dict) -> str:
     if measured is None:
         parts = ["the recommended fix was not measured (why: under \"not measured\")"]
     else:
-        detail = (f" ({spread[0]:.2f}–{spread[1]:.2f} over {pairs} pairs)" if spread and pairs > 1
-                  else " (1 pair)" if pairs == 1 else "")
         real = judged_ratios(spread[0], spread[1], pairs) if spread else None
+        # a range not judged real that would print as clear of the 1% band gets the digit that shows why
+        digits = 3 if real is False and (round(spread[0], 2) >= 1.0 + MIN_CHANGE or
+                                         round(spread[1], 2) <= 1.0 - MIN_CHANGE) else 2
+        detail = (f" ({spread[0]:.{digits}f}–{spread[1]:.{digits}f} over {pairs} pairs)" if spread and pairs > 1
+                  else " (1 pair)" if pairs == 1 else "")
         if real is False:
             detail += f", {WORDS[False]}"
         elif real and measured < 1.0:
