@@ -11,7 +11,7 @@ same functions; it only prints, writes and says the exit status.
 
     import gpufeed.doctor
     report = gpufeed.doctor.run("train.py", "--epochs", "1", steps=30)
-    print(report.verdict.primary, [f.kind for f in report.findings])
+    report.verdict.primary, [f.kind for f in report.findings]  # ("input_bound", ["input_bound", ...])
 """
 
 from __future__ import annotations
