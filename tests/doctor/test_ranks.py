@@ -202,9 +202,12 @@ def test_torchruns_banner_stays_off_the_doctors_terminal_and_the_note_says_the_t
 def test_the_library_call_on_two_ranks_returns_the_report_the_command_writes(straggler_job, monkeypatch) -> None:
     """`gpufeed.doctor.run(..., nproc_per_node=2)` from this process: the same torchrun job as the command's, rank
     0's report read back as a Report; the straggler is the same rank, found the same way."""
+    import signal
+
     import gpufeed.doctor
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     report = gpufeed.doctor.run(str(SCRIPTS / "ddp_cases.py"), "slow_backward", nproc_per_node=2, steps=10,
                                 warmup=3, profile_steps=0, timeout_s=30)
     _, document = straggler_job
@@ -215,6 +218,8 @@ def test_the_library_call_on_two_ranks_returns_the_report_the_command_writes(str
     assert straggler is not None, library["findings"]
     assert straggler["evidence"]["rank"] == written["evidence"]["rank"]
     assert straggler["evidence"]["cause"] == written["evidence"]["cause"]
+    # torch's launcher ran in this process: the caller's Ctrl-C and SIGTERM handlers are its own again
+    assert {number: signal.getsignal(number) for number in handlers} == handlers
 
 
 @pytest.fixture(scope="module")

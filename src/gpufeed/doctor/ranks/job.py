@@ -59,7 +59,12 @@ def rank_words(job: RankJob, settings: WatchSettings | None = None, trial: bool 
 def run_job(words: list[str], nproc: int) -> list[int]:
     """One torchrun job of `nproc` ranks running `gpufeed doctor WORDS`; the ranks that failed (none: []).
     OMP_NUM_THREADS, when unset, is set to 1 for the ranks, as torchrun does, but here, so that torchrun's banner
-    saying so stays off the doctor's terminal (threads_note says what each rank got); unset again afterwards."""
+    saying so stays off the doctor's terminal (threads_note says what each rank got); unset again afterwards.
+    torch's launcher registers its own handlers for SIGTERM, SIGINT, SIGHUP and SIGQUIT in the calling process
+    (elastic/multiprocessing/api.py) and leaves them; they are put back after the job, so that a caller that goes
+    on (gpufeed.doctor.run in a notebook or a test) keeps its own Ctrl-C."""
+    import signal
+
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args
     from torch.distributed.run import run as run_ranks
@@ -67,6 +72,9 @@ def run_job(words: list[str], nproc: int) -> list[int]:
     defaulted = "OMP_NUM_THREADS" not in os.environ
     if defaulted:
         os.environ["OMP_NUM_THREADS"] = "1"  # torch/distributed/run.py's own default for several ranks
+    names = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+    saved = {number: signal.getsignal(number) for number in (getattr(signal, name, None) for name in names)
+             if number is not None}
     try:
         run_ranks(parse_args(launcher_arguments(words, nproc)))
     except ChildFailedError as failed:
@@ -74,6 +82,9 @@ def run_job(words: list[str], nproc: int) -> list[int]:
     finally:
         if defaulted:
             os.environ.pop("OMP_NUM_THREADS", None)
+        for number, handler in saved.items():
+            if handler is not None:
+                signal.signal(number, handler)
     return []
 
 
