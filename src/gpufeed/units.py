@@ -9,6 +9,7 @@ Nothing here imports the rest of gpufeed.
     bytes_text(1536 * 2**20)                      # '1.5 GiB'
     bytes_text(peak, "MiB", digits=1)             # '1,234.5 MiB'
     fixed(samples_per_s, 0, "samples/s")          # '1,979 samples/s'
+    flops_text(9.89e14, "FLOP/s")                 # '989 TFLOP/s'
     duration_text(0.25)                           # '15 min'
 """
 
@@ -38,6 +39,17 @@ def plain_number(value: float | None, digits: int = 3) -> str:
     if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
         return f"{value:.{digits}g}"
     return f"{value:,.{digits}g}" if abs(value) < 1000 else f"{value:,.0f}"
+
+
+def flops_text(value: float | None, unit: str = "FLOP") -> str:
+    """FLOPs (or with `unit` "FLOP/s" a rate) with a decimal prefix at 3 significant digits: 24576 -> '24.6 kFLOP',
+    1.2e9 -> '1.2 GFLOP', 9.89e14 -> '989 TFLOP/s' with unit 'FLOP/s'; under 1,000 as a whole number; NA for None."""
+    if value is None:
+        return NA
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g} {prefix}{unit}"
+    return f"{value:.0f} {unit}"
 
 
 def fixed(value: float | None, digits: int = 0, unit: str = "", grouped: bool = True) -> str:

@@ -16,6 +16,7 @@ from gpufeed.doctor.observation import (
     LoaderSettings,
     MemoryReading,
     Observation,
+    PaddingReading,
     ProfiledStep,
     ProfileSummary,
     ProfileWindow,
@@ -39,13 +40,13 @@ def observation(records: list[StepRecord], samples: list[HostSample] = (), *, de
                 loader_batch_size: int | None = None, float64_seen: bool = False, autocast_seen: bool | None = False,
                 ranks: Ranks = ONE_PROCESS, notes: tuple[str, ...] = (),
                 script_error: str | None = None, arithmetic: StepArithmetic | None = None,
-                probe: BatchProbe | None = None) -> Observation:
+                probe: BatchProbe | None = None, padding: PaddingReading | None = None) -> Observation:
     """`notes`: lines the instrumentation could not measure."""
     return Observation(tuple(records), tuple(samples), device, Host(cpu_count, threads),
                        LoaderSettings(workers, pin_memory, restart_s), memory, profile,
                        StepShape(batch_size, batches_per_step, loader_batch_size), float64_seen, autocast_seen, ranks,
                        tuple(Note("unmeasured", line) for line in notes), script_error, arithmetic=arithmetic,
-                       probe=probe)
+                       probe=probe, padding=padding)
 
 
 def on_cpu(records: list[StepRecord], samples: list[HostSample] = (), **changes) -> Observation:

@@ -1,7 +1,8 @@
 """The small-batch probe (doctor/observe/probe.py) and what small_batch makes of it (findings/kinds/small_batch.py): the
 probe leaves the model as it found it (gradients, buffers, RNG: bitwise), repeats the batch's tensors only, is
-skipped with a note where it must be; the fixed cost is hand-derived from the probe's times, and the verdict
-between small_batch and input_bound from hand-made steps; and end to end, a batch-of-2 MLP whose step is mostly
+skipped with a note where it must be; the fixed cost, the gain of the batch small_batch proposes and whether that
+gain reaches its level are hand-derived from the probe's times, and the verdict between small_batch and input_bound
+from hand-made steps; and end to end, a batch-of-2 MLP whose step is mostly
 fixed cost gets the verdict small_batch, not input_bound."""
 
 import dataclasses
@@ -14,6 +15,8 @@ from observations import by_kind, host, on_cpu, steps
 from torch import nn
 
 from gpufeed.doctor.findings.diagnose import diagnose
+from gpufeed.doctor.findings.kinds.small_batch import GAIN_LEVEL, SmallBatch, batch_gain
+from gpufeed.doctor.findings.report import verdict_headline
 from gpufeed.doctor.observation import BatchProbe
 from gpufeed.doctor.observe import probe
 from gpufeed.doctor.observe.inject import run_script
@@ -82,9 +85,24 @@ def test_small_batch_claims_the_fixed_cost_the_probe_measured():
     assert found.share == pytest.approx(0.8) and found.severity == "high"
     assert report.verdict.primary == "small_batch"  # over the 10% data wait
     assert "about 0.1 ms grows with the samples" in found.fix and "89% of it is fixed cost" in found.fix
+    # the batch it proposes, by hand: at 4x (8 samples) the step is 4 x 0.1 ms of data wait + 0.9 ms of model time +
+    # the probe's 0.3 ms growth (0.7 - 0.4) = 1.6 ms against 4 x 1 ms: 2.5x the samples per second, 60% of the step
+    # saved (0.8 x (1 - 1/4)); at 2x, 2 x 0.1 + 0.9 + 0.1 = 1.2 ms against 2 ms saves 40%: 4x is proposed
+    assert (found.evidence["proposed_factor"], found.evidence["proposed_batch"]) == (4, 8)
+    assert found.evidence["gain_share_of_step"] == pytest.approx(0.6)
+    assert "A batch of 8 (4x) would spread the 0.8 ms fixed cost over 4x the samples: about 2.50x the samples " \
+           "per second, saving 60% of the step's time per sample (from the probe: 1x 0.4 ms, 4x 0.7 ms)" in found.fix
+    assert verdict_headline(report.to_json()) == ("small_batch: 80% of the step is fixed cost per batch (high); a "
+                                                  "batch of 8 (4x) would save about 60% of the step (2.50x the "
+                                                  "samples per second)")
     # a model whose time grows with its samples: little fixed cost, no verdict
+    # on the CPU the words are not a GPU's ("underfilled")
+    assert "A batch of 2 pays each step's fixed cost for few samples" in found.fix and "underfilled" not in found.fix
     linear = dataclasses.replace(seen, probe=BatchProbe(2, ((1, 0.0009), (2, 0.0018), (4, 0.0036)), 5))
-    assert by_kind(diagnose(linear))["small_batch"].share == pytest.approx(0.0, abs=1e-9)
+    nothing = by_kind(diagnose(linear))["small_batch"]
+    assert nothing.share == pytest.approx(0.0, abs=1e-9)
+    assert (nothing.fix, nothing.snippet) == ("", "")  # no fixed cost measured: no advice, the evidence stays
+    assert nothing.evidence["fixed_ms_per_batch"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_a_data_wait_above_the_fixed_cost_is_input_bound_not_small_batch():
@@ -118,3 +136,90 @@ def test_a_batch_of_2_mlp_is_small_batch_not_input_bound(monkeypatch):
     assert report.verdict.primary == "small_batch", [(f.kind, f.share) for f in report.findings]
     assert found["small_batch"].evidence["fixed_share_of_model"] > 0.5, found["small_batch"].evidence
     assert any(note.text.startswith("batch probe: after the watch") for note in report.notes)
+
+
+def test_a_probe_slower_than_every_watched_step_is_not_used_and_a_note_says_why():
+    """The issue's case, by hand: steps of 1 ms whose forward and backward take 0.3 + 0.4 ms per batch of 2, and a
+    probe whose fastest 1x round took 3.5 ms (a busy machine while it ran): five times the step's own forward and
+    backward, so it did not time the step; small_batch is then not from the probe. A probe within the steps'
+    forward and backward is used as before."""
+    timed = [dataclasses.replace(record, forward_s=0.0003, backward_s=0.0004 + 0.00001 * (record.index % 3),
+                                 optimizer_s=0.0002) for record in steps(20, wall=0.001, wait=0.0001)]
+    slow = on_cpu(timed, host(), batch_size=2, probe=BatchProbe(2, ((1, 0.0035), (2, 0.0037), (4, 0.0040)), 1))
+    report = diagnose(slow)
+    found = by_kind(report).get("small_batch")
+    assert found is None or "probe_ms" not in found.evidence
+    assert any(note.text.startswith("batch probe not used: its fastest forward and backward at 1x took 3.5 ms, "
+                                    "against 0.71 ms for the watched steps' forward and backward (median; slowest "
+                                    "0.72 ms): more than 1.25x the slowest") for note in report.notes), report.notes
+    agrees = dataclasses.replace(slow, probe=BatchProbe(2, ((1, 0.0004), (2, 0.0005), (4, 0.0007)), 5))
+    used = by_kind(diagnose(agrees))["small_batch"]
+    assert used.evidence["probe_ms"]["1x"] == pytest.approx(0.4)
+    assert not any(note.text.startswith("batch probe not used") for note in diagnose(agrees).notes)
+
+
+def test_the_gain_of_the_proposed_batch_counts_the_parts_of_the_step_that_grow_with_it():
+    """The issue's example, by hand: a batch of 2 whose step takes 40 ms, 10 ms of it waiting for data, 30 ms of
+    model time; the probe 1x 10 ms, 2x 12 ms, 4x 16 ms. Per sample the probe adds (16 - 10) / 6 = 1 ms, so 2 ms of
+    the 30 grow with the batch and 28 ms are fixed: 70% of the step. At 4x (8 samples) the step is 4 x 10 ms of
+    data wait + 30 ms + the probe's 6 ms growth = 76 ms against 4 x 40 = 160 ms: 84 / 160 = 52.5% of the step
+    saved (0.7 x (1 - 1/4)), 160 / 76 = 2.105x the samples per second. At 2x: 2 x 10 + 30 + 2 = 52 ms against 80 ms,
+    35% saved. Without the data wait (a 30 ms step) 4x saves 84 / 120 = 70%: 120 / 36 = 3.33x."""
+    probe = BatchProbe(2, ((1, 0.010), (2, 0.012), (4, 0.016)), 5)
+    assert batch_gain(probe, 0.030, 0.040, 0.7) == (4, pytest.approx(0.525))
+    assert batch_gain(probe, 0.030, 0.030, 28 / 30) == (4, pytest.approx(0.7))
+    seen = on_cpu(steps(20, wall=0.040, wait=0.010), host(), batch_size=2, probe=probe)
+    found = by_kind(diagnose(seen))["small_batch"]
+    assert found.share == pytest.approx(0.7) and found.evidence["gain_share_of_step"] == pytest.approx(0.525)
+    assert found.evidence["samples_per_s_ratio"] == pytest.approx(160 / 76)
+    assert "about 2.11x the samples per second, saving 52% of the step's time per sample" in found.fix
+    # a probe flat within its noise (4x no slower than 1x): the per-sample cost is at most the 4x run's 9 ms over 8
+    # samples, so the 4x batch grows the model's time by at most 3 x 2 x 9/8 = 6.75 ms: (90 - 6.75) / 160 = 52.03%
+    flat = BatchProbe(2, ((1, 0.010), (2, 0.0095), (4, 0.009)), 5)
+    assert batch_gain(flat, 0.030, 0.040, 0.8) == (4, pytest.approx((90 - 6.75) / 160))
+    # a 2x batch that measured below the line from 1x to 4x gains more than its share of the slope would say, and
+    # 4x no more than 2x: 2x is proposed. Model 30 ms, step 30 ms, probe 1x 10, 2x 10.5, 4x 40 ms (10 ms a
+    # sample): 2x saves (30 - 0.5) / 60 = 49.2%; 4x (90 - 30) / 120 = 50%, but 4x is slower per sample than 1x
+    # (40 >= 4 x 10): not proposed
+    bent = BatchProbe(2, ((1, 0.010), (2, 0.0105), (4, 0.040)), 5)
+    assert batch_gain(bent, 0.030, 0.030, 1.0) == (2, pytest.approx(29.5 / 60))
+
+
+def test_a_gain_under_the_level_is_not_the_verdict_and_a_note_says_why():
+    """By hand: steps of 100 ms, all model time, at a batch of 2; the probe 1x 95 ms, 2x 183 ms, 4x 359 ms: 44 ms a
+    sample ((359 - 95) / 6), so 88 ms of the 100 grow with the batch and 12 ms are fixed: 12% of the step, over the
+    10% level. But a batch of 8 spreads those 12 ms over 4x the samples: 4 x 100 = 400 ms of steps become 100 + 264
+    = 364 ms, 9% saved (0.12 x 3/4), 1.10x the samples per second; 2x saves (100 - 88) / 200 = 6%. Under the 10%
+    at which a larger batch (a change to the training) is recommended: the verdict is compute_bound. At the 5% the
+    kind had before, small_batch (12%) was the verdict."""
+    seen = on_cpu(steps(20, wall=0.100), host(), batch_size=2,
+                  probe=BatchProbe(2, ((1, 0.095), (2, 0.183), (4, 0.359)), 5))
+    report = diagnose(seen)
+    found = by_kind(report)["small_batch"]
+    assert found.share == pytest.approx(0.12) and found.share > SmallBatch.RECOMMEND_AT == GAIN_LEVEL == 0.10
+    assert found.evidence["proposed_factor"] == 4 and found.evidence["gain_share_of_step"] == pytest.approx(0.09)
+    assert report.verdict.primary == "compute_bound"
+    assert any(note.text.startswith("verdict: not small_batch, though 12% of the step is fixed cost per batch: a "
+                                    "batch of 8 (4x) would save about 9% of the step (1.10x the samples per second;")
+               and note.text.endswith("under the 10% at which a change to the training itself is recommended")
+               for note in report.notes), report.notes
+    assert "A batch of 8 (4x)" in found.fix  # the finding still says what the batch would gain
+
+
+def test_a_probe_slower_per_sample_at_every_larger_batch_gives_no_larger_batch_advice():
+    """The issue's case: a batch of 8 whose probe took 1x 984 ms, 2x 2,707 ms, 4x 10,075 ms: 2.75 and 10.2 times
+    the 1x time for 2 and 4 times the samples, slower per sample at both. With 4 s steps the slope leaves
+    4,000 - (10,075 - 984) / 3 = 969.7 ms of fixed cost, 24% of the step; but no larger batch is advised, the
+    evidence says at which factors it was slower, and it is not the verdict."""
+    seen = on_cpu(steps(20, wall=4.0), host(), batch_size=8,
+                  probe=BatchProbe(8, ((1, 0.984), (2, 2.707), (4, 10.075)), 3))
+    report = diagnose(seen)
+    found = by_kind(report)["small_batch"]
+    assert found.share == pytest.approx((4.0 - (10.075 - 0.984) / 3) / 4.0)
+    assert found.evidence["proposed_factor"] is None and found.evidence["gain_share_of_step"] is None
+    assert found.evidence["slower_per_sample_at"] == [2, 4]
+    assert (found.fix, found.snippet) == ("", "")
+    assert report.verdict.primary == "compute_bound"
+    assert any(note.text == "verdict: not small_batch, though 24% of the step is fixed cost per batch: in the batch "
+                            "probe every larger batch was slower per sample (1x 984 ms, 2x 2,707 ms, 4x 10,075 ms), so "
+                            "no larger batch is advised" for note in report.notes), report.notes

@@ -237,11 +237,14 @@ def test_report_json_has_the_documented_keys():
     report = diagnose(on_gpu(steps(20, wait=0.05, compute=0.04, syncs=1, sync=0.001), host()))
     document = json.loads(json.dumps(report.to_json()))
     # DESIGN.md documents verdict, findings, unmeasured; report.py adds the notes about the run, the two
-    # throughputs, script_error and the timeline (the watched steps and host samples the page draws)
+    # throughputs (and the token rates and MFU), script_error and the timeline (the watched steps and host samples
+    # the page draws)
     assert {"verdict", "findings", "unmeasured"} <= set(document)
-    assert set(document) - {"verdict", "findings", "unmeasured"} == {"notes", "loader_samples_per_s",
-                                                                      "model_samples_per_s", "script_error", "timeline",
-                                                                      "ranks", "loader_workers"}
+    assert set(document) - {"verdict", "findings", "unmeasured"} == {
+        "notes", "loader_samples_per_s", "model_samples_per_s", "script_error", "timeline", "ranks", "loader_workers",
+        "model_tokens_per_s", "real_tokens_per_s", "mfu", "mfu_peak_flops_per_s", "mfu_precision", "flops_per_token",
+        "rule_flops_per_token", "flops_rule", "mfu_missing"}
+    assert document["model_tokens_per_s"] is None and document["mfu"] is None  # these steps carried no token ids
     assert len(document["timeline"]["steps"]) == 20 and document["timeline"]["steps"][0]["index"] == 0
     assert set(document["verdict"]) == {"primary", "device_busy", "data_wait", "steps", "device", "world_size",
                                         "share", "tied_with"}

@@ -50,7 +50,7 @@ def test_a_scripts_forward_optimizer_and_backward_are_its_sleeps() -> None:
         # magnitude more) is not in it: counted, it would put forward_s above VALIDATION_S on any machine
         assert record.forward_s < VALIDATION_S, record
         assert record.optimizer_s >= slower * OPTIMIZER_S, record
-        assert record.data_wait_s >= BATCH * SAMPLE_S
+        assert record.data_wait_s >= BATCH * SAMPLE_S and record.loop_input_s is None  # a DataLoader feeds it
         assert record.backward_s == pytest.approx(rest(record), abs=1e-9)
         # the rest holds the loss's slow backward and the validation forward (they would be missing from it had
         # either been counted in another part)
@@ -134,6 +134,9 @@ def test_under_the_doctor_each_part_is_what_the_clock_moved_in_it(monkeypatch: p
         assert record.wall_s == TICK_VALIDATION_S + 2 * slower * TICK_FORWARD_S + 2 * TICK_BACKWARD_S + \
             slower * TICK_OPTIMIZER_S
         assert record.backward_s == TICK_VALIDATION_S + 2 * TICK_BACKWARD_S and record.data_wait_s == 0.0
+        # no DataLoader, so the loop's own input is timed: nothing between the boundary and the training forward
+        # but the validation forward under no_grad, which is not input (test_loop_input.py times a read)
+        assert record.loop_input_s == 0.0
 
 
 def test_watch_splits_the_step_too_and_counts_every_call_of_the_model(monkeypatch: pytest.MonkeyPatch) -> None:

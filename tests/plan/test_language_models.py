@@ -18,7 +18,7 @@ pytest.importorskip("peft")
 from transformers import GPT2Config, LlamaConfig, T5Config  # noqa: E402
 
 from gpufeed.cli.main import main  # noqa: E402
-from gpufeed.measure.transformer_flops import training_flops_per_token  # noqa: E402
+from gpufeed.measure.transformer_flops import multiplied_parameters, training_flops_per_token  # noqa: E402
 from gpufeed.plan.language_model import (  # noqa: E402
     FineTune,
     LanguageModel,
@@ -29,7 +29,6 @@ from gpufeed.plan.language_model import (  # noqa: E402
 from gpufeed.plan.language_plan import (  # noqa: E402
     LanguagePlanRequest,
     make_language_plan,
-    multiplied_parameters,
     plan_flops_per_token,
 )
 from gpufeed.plan.memory import estimate_language_memory, fits_by_capacity  # noqa: E402

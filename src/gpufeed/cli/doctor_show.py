@@ -1,6 +1,6 @@
 """What `gpufeed doctor` prints, on every path (one process, several ranks, --try): the verdict, the findings
-with their fixes and gains, the rates, the ranks' table and the notes. The doctor's library returns the Report;
-this module only turns it into text."""
+with their fixes and gains, the rates, the tokens and model FLOPs utilisation, the ranks' table and the notes. The
+doctor's library returns the Report; this module only turns it into text."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufeed.cli.output import console, error_console
-from gpufeed.doctor.findings.report import gain_headline, gained_nothing, rates_sentence, verdict_headline
+from gpufeed.doctor.findings.report import (
+    gain_headline,
+    gained_nothing,
+    mfu_sentence,
+    rates_sentence,
+    tokens_sentence,
+    verdict_headline,
+)
 from gpufeed.units import NA, bytes_as, fixed, percent
 
 
@@ -61,6 +68,11 @@ def show(report, batch_from_loader: bool, problem: str | None, notes: list, show
     show_gains(report)
     console.print(Text(f"{rates_sentence(report.to_json())} (batch size from "
                        f"{'the loader' if batch_from_loader else 'the model input'})"))
+    tokens, mfu = tokens_sentence(report.to_json()), mfu_sentence(report.to_json())
+    if tokens:
+        console.print(Text(f"tokens: {tokens}"))
+    if mfu:
+        console.print(Text(mfu))
     show_notes(report.notes, shown)
 
 

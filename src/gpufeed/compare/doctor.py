@@ -1,10 +1,11 @@
 """A doctor result's figures, from its watched steps (`timeline.steps`, one record per step) and, on several
 ranks, each rank's means (`ranks`).
 
-The parts of a step (level 0, ms a step): data wait, copies, syncs, forward, backward and optimizer; their sum is
-the step's wall time (backward is the rest of the step's compute: the loss, the backward pass, zero_grad and the
-loop's own Python). A result without forward, backward and optimizer per step (format 1, or a loop whose model
-and optimizer the doctor did not find) has one "compute" part instead: wall time less data wait, copies and syncs.
+The parts of a step (level 0, ms a step): data wait, loop input (a loop building its own batches, no DataLoader:
+`loop_input_s`, absent before issue 32), copies, syncs, forward, backward and optimizer; their sum is the step's
+wall time (backward is the rest of the step's compute: the loss, the backward pass, zero_grad and the loop's own
+Python). A result without forward, backward and optimizer per step (format 1, or a loop whose model and optimizer
+the doctor did not find) has one "compute" part instead: wall time less data wait, loop input, copies and syncs.
 Inside data wait (level 1, ms a batch): the DataLoader's getitem, collate, hand-over and pin, where measured.
 A part that is zero in every step of a run (copies and syncs on the CPU, where the doctor does not time them) is
 not a figure of that run.
@@ -22,9 +23,12 @@ from gpufeed.compare.model import FindingChange
 from gpufeed.measure.difference import Samples
 from gpufeed.report.kinds.doctor import DOCTOR as DOCTOR_DOCUMENT
 
-PARTS = (("data_wait", "data wait", "data_wait_s"), ("copies", "copies", "copy_s"), ("syncs", "syncs", "sync_s"),
-         ("forward", "forward", "forward_s"), ("backward", "backward", "backward_s"),
-         ("optimizer", "optimizer", "optimizer_s"))
+TOKENS = (("tokens_per_s", "token positions per second", "tokens"),
+          ("real_tokens_per_s", "real tokens per second", "real_tokens"))
+PARTS = (("data_wait", "data wait", "data_wait_s"), ("loop_input", "loop input", "loop_input_s"),
+         ("copies", "copies", "copy_s"), ("syncs", "syncs", "sync_s"), ("forward", "forward", "forward_s"),
+         ("backward", "backward", "backward_s"), ("optimizer", "optimizer", "optimizer_s"))
+COMPUTE_PARTS = ("forward_s", "backward_s", "optimizer_s")  # with neither result split, one `compute` instead
 LOADER_PARTS = (("getitem", "getitem", "getitem_s"), ("collate", "collate", "collate_s"),
                 ("handover", "hand-over", "handover_s"), ("pin", "pin", "pin_s"))
 RANK_FIGURES = (("step_ms", "step"), ("data_wait_ms", "data wait"), ("forward_ms", "forward"),
@@ -63,10 +67,13 @@ def doctor_series(document: dict, parts: bool | None = None) -> list[Series]:
         series += [Series("ms_per_sample", "time per sample", "ms a sample", 0, True, Samples(wall, batch)),
                    Series("samples_per_s", "samples per second", "samples/s", 0, False,
                           Samples(batch, wall / 1000.0))]
+    for key, name, field in TOKENS:  # token batches (absent before issue 32): every step counted them
+        if all(step.get(field) is not None for step in steps):
+            series.append(Series(key, name, "tokens/s", 0, False, Samples(_column(steps, field), wall / 1000.0)))
     series.append(Series("step", "step", "ms a step", 0, True, Samples(wall)))
     split = has_parts(steps) if parts is None else parts
     for key, name, field in PARTS:
-        if field in ("forward_s", "backward_s", "optimizer_s") and not split:
+        if field in COMPUTE_PARTS and not split:
             continue
         column = _column(steps, field, 1000.0)
         if np.nansum(np.abs(column)) == 0.0:
@@ -75,7 +82,8 @@ def doctor_series(document: dict, parts: bool | None = None) -> list[Series]:
         if key == "data_wait":
             series += _loader_series(steps)
     if not split:
-        rest = wall - sum(np.nan_to_num(_column(steps, field, 1000.0)) for _, _, field in PARTS[:3])
+        rest = wall - sum(np.nan_to_num(_column(steps, field, 1000.0)) for _, _, field in PARTS
+                          if field not in COMPUTE_PARTS)
         series.append(Series("compute", "compute", "ms a step", 0, True, Samples(rest), within_step=True))
     return series + _rank_series(document)
 

@@ -8,7 +8,7 @@ arithmetic (FLOPs counted in a warm-up step, observe/flops.py), and the framewor
 and settings (`setup`, frameworks/setup.py). Every field is filled there; None inside a part means that reading
 could not be taken (its reason is a note). The parts the observe stage hands over are typed here too: the
 profiled steps (`ProfiledStep`, `ProfileSummary`, from observe/profile.py) and the step's FLOPs
-(`OperatorFlops`, `StepArithmetic`, from observe/flops.py).
+(`OperatorFlops`, `StepArithmetic`, `TransformerSize`, from observe/flops.py).
 
 Derived here, for every finding alike: `totals` (sums over the watched steps), `on_gpu`, the batch size, the
 device's busy fraction (`device_busy`, `busy`), the batch the model sees (`model_batch`) and GPM's activity means.
@@ -26,6 +26,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.frameworks.setup import PLAIN, Setup
+from gpufeed.measure.transformer_flops import training_flops_per_token
 
 if TYPE_CHECKING:
     from gpufeed.doctor.notes import Note
@@ -59,6 +60,52 @@ class BatchProbe:
         if self.slope_resolved:
             return (high_s - low_s) / ((high - low) * self.batch)
         return high_s / (high * self.batch)
+
+
+@dataclass(frozen=True)
+class PaddingTrial:
+    """What observe/padding.py timed after the watch: a forward and backward of the step's model on one watched
+    batch of token ids as it came (`rows` x `width` positions) and on the same rows with the columns that are
+    padding in every row cut off (`kept` positions left; for an encoder-decoder, the decoder's labels cut by their
+    own padding too: `decoder_width` to `decoder_kept`), the fastest of `rounds` interleaved runs each."""
+
+    rows: int
+    width: int
+    kept: int
+    seconds: float  # as it came
+    trimmed_seconds: float  # cut to its longest row
+    rounds: int
+    decoder_width: int | None = None
+    decoder_kept: int | None = None
+
+
+@dataclass(frozen=True)
+class PaddingReading:
+    """The padding in the training batches of token ids (observe/padding.py), counted on the host as they arrived,
+    where it comes from, and the trial that measured what it costs."""
+
+    batches: int  # training batches of token ids whose padding could be told (a mask or the model's pad id)
+    positions: int  # their ids' elements: rows x width, summed
+    kept_positions: int  # rows x the span from the first to the last column holding a real token, summed
+    real_positions: int  # real tokens (not padding), summed
+    widths: tuple[int, ...]  # the distinct widths the batches came in, ascending
+    shortest: int  # real tokens in the shortest row seen
+    median_length: float
+    longest: int
+    source: str  # where the padding is made, in words ("the tokenizer's padding=\"max_length\"", ...)
+    site: str | None  # the user's line that makes it ("train.py:42"), when known
+    trial: PaddingTrial | None  # None: not measured (a note says why)
+
+    @property
+    def padding_share(self) -> float:
+        """Positions that are padding, of every position the model computes on."""
+        return 1.0 - self.real_positions / self.positions if self.positions else 0.0
+
+    @property
+    def trimmable_share(self) -> float:
+        """Positions in columns that are padding in every row of their batch: what cutting each batch to its
+        longest row removes."""
+        return 1.0 - self.kept_positions / self.positions if self.positions else 0.0
 
 
 @dataclass(frozen=True)
@@ -205,8 +252,19 @@ class OperatorFlops:
 
 
 @dataclass(frozen=True)
+class TransformerSize:
+    """The step's model as the 6N + 12·L·h·s rule reads it (measure/transformer_flops.py), read at its first
+    training forward (observe/flops.py `transformer_size`)."""
+
+    multiplied_parameters: int  # N: all but an input embedding table that is not the output layer
+    trained_parameters: int  # N_t: of them, those that take a gradient
+    attention: tuple[int, int] | None  # (L, h) from its transformers config; None: no config that gives them
+
+
+@dataclass(frozen=True)
 class StepArithmetic:
-    """The counted step's FLOPs and the device's peak for the precision that did most of them."""
+    """The counted step's FLOPs and the device's peak for the precision that did most of them; the counted step's
+    token positions and the step's model, for FLOPs per token counted and by the rule."""
 
     flops_per_step: int
     operators: tuple[OperatorFlops, ...]  # most FLOPs first
@@ -215,6 +273,26 @@ class StepArithmetic:
     peak_derivation: str  # how the peak was derived, or why it is unknown
     bf16_native: bool | None  # the device computes bf16 natively, not emulated (a GPU from Ampere on; a CPU
     # with AMX-BF16 or AVX512-BF16); None: not known
+    tokens: int | None = None  # token positions of the counted step (padding included); None: no token ids
+    sequence_length: int | None = None  # their sequences' length, the mean over the positions; None: no token ids
+    model: TransformerSize | None = None  # the step's model; None: no training forward seen
+
+    @property
+    def flops_per_token(self) -> float | None:
+        """The counted FLOPs over the counted step's token positions; None without token ids or FLOPs."""
+        return self.flops_per_step / self.tokens if self.tokens and self.flops_per_step else None
+
+    @property
+    def rule_flops_per_token(self) -> tuple[int, str] | None:
+        """(FLOPs per token by measure/transformer_flops.py's rule, its terms): "6N+12Lhs" at the counted
+        step's sequence length when the model's config gives L and h, else "6N" alone (4N + 2N_t, the
+        attention left out); None without token ids or a model."""
+        if self.model is None or self.sequence_length is None:
+            return None
+        layers, width = self.model.attention or (0, 0)
+        flops = training_flops_per_token(self.model.multiplied_parameters, layers, width, self.sequence_length,
+                                         self.model.trained_parameters)
+        return flops, "6N+12Lhs" if self.model.attention else "6N"
 
     def flops_in(self, *precisions: str) -> int:
         """FLOPs done in one of `precisions` (all of them matrix products, convolutions or attention: the
@@ -286,6 +364,7 @@ class Totals:
     compute_wall_s: float
     samples: int | None
     loader_split: LoaderSplit | None = None  # the steps' loader time by part, over the batches timed inside
+    loop_input_s: float = 0.0  # the loop building its own batches (StepRecord.loop_input_s), over the steps timed
 
     @classmethod
     def of(cls, records: tuple[StepRecord, ...], batch_size: int | None) -> Totals:
@@ -300,7 +379,19 @@ class Totals:
                    sum(r.copy_s for r in records), sum(r.copy_bytes for r in records),
                    sum(r.copy_pageable_bytes for r in records), sum(r.sync_s for r in records),
                    sum(r.sync_count for r in records), sum(r.compute_s for r in timed) if timed else None,
-                   sum(r.wall_s for r in timed), samples, functools.reduce(operator.add, splits) if splits else None)
+                   sum(r.wall_s for r in timed), samples, functools.reduce(operator.add, splits) if splits else None,
+                   sum(r.loop_input_s or 0.0 for r in records))
+
+    @property
+    def input_s(self) -> float:
+        """The steps' time getting their input: the wait for a DataLoader's batches, or the loop building its own
+        (a step has one or the other: StepRecord.input_s)."""
+        return self.data_wait_s + self.loop_input_s
+
+    @property
+    def loop_built(self) -> bool:
+        """The loop builds its own batches (no DataLoader) and that took time in the watched steps."""
+        return self.loop_input_s > 0
 
     def share(self, seconds: float) -> float:
         """seconds / sum(wall_s), rounded to 12 places so that 0.02 / 0.1 compares as 0.2 with a threshold."""
@@ -334,6 +425,8 @@ class Observation:
     arithmetic: StepArithmetic | None = None  # a warm-up step's FLOPs and the peak (observe/flops.py); None: none
     setup: Setup = PLAIN  # the training loop's framework and its loader's site and settings (frameworks/setup.py)
     probe: BatchProbe | None = None  # the small-batch probe after the watch (observe/probe.py); None: not run
+    padding: PaddingReading | None = None  # padding in token batches and its trial (observe/padding.py); None: no
+    # training batch of token ids whose padding could be told
     worker_memory: WorkerMemoryReading | None = None  # the loader's workers' memory (observe/worker_memory.py)
 
     @cached_property

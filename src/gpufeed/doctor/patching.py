@@ -54,6 +54,12 @@ def user_frame(frame, built: object = None, frameworks: bool = True):
 INSTALLED = ("site-packages", "dist-packages")  # the folders installed packages live in
 
 
+def library_file(filename: str) -> bool:
+    """The file is torch's, gpufeed's or an installed package's (not the user's code)."""
+    return filename.startswith(_LIBRARIES) or any(part in INSTALLED
+                                                  for part in filename.replace(os.sep, "/").split("/"))
+
+
 def shown_path(filename: str) -> str:
     """A file's name as the user would type it: an installed package's from the package
     (`torch/utils/data/_utils/collate.py`, wherever the environment is), else relative to the working directory

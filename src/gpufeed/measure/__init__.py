@@ -10,5 +10,6 @@ Modules:
 - quiet.py: holds back kineto's profiler start and stop lines on standard error
 - difference.py: whether a difference between two runs is real: the block bootstrap of two saved runs' steps, the
   range of pairs made in ABBA order, MIN_CHANGE and the one rule (compare, A/B, --try)
-- transformer_flops.py: a dense transformer's training FLOPs per token, 6N + 12·L·h·s (PaLM appendix B)
+- transformer_flops.py: a dense transformer's training FLOPs per token, 6N + 12·L·h·s (PaLM appendix B), and what it
+  reads of a model: N and N_t (multiplied_parameters), L and h from its transformers config (attention_shape)
 """

@@ -56,8 +56,21 @@ class StepRecord:
     # with grad enabled), summed over the step's calls of it; forwards under torch.no_grad (validation) left out
     optimizer_s: float | None = None  # inside the optimizer.step() calls that began in the step, all optimizers
     backward_s: float | None = None  # the rest of the step's compute: wall_s - data_wait_s - copy_s - sync_s -
-    # forward_s - optimizer_s, at least 0: the loss, the backward pass, zero_grad and the loop's own Python (a
-    # validation forward too); None when forward_s or optimizer_s is
+    # forward_s - optimizer_s - loop_input_s, at least 0: the loss, the backward pass, zero_grad and the loop's own
+    # Python (a validation forward too); None when forward_s or optimizer_s is
+    # Token batches (the doctor's gpufeed.doctor.observe.tokens; None: the step's batches carried no token ids):
+    tokens: int | None = None  # positions the model computed on, padding included (the ids' B x T, summed)
+    real_tokens: int | None = None  # of which real tokens, not padding (None: no mask and no pad id to tell)
+    # A loop that builds its own batches (no training DataLoader: a slice of a token array, torch.stack, .to(device)):
+    loop_input_s: float | None = None  # host time from the step's start to the start of the first forward of the
+    # step's model with grad enabled, less the copies and host waits in it and the step's model's forwards under
+    # torch.no_grad there (gpufeed.doctor.observe.parts): the loop reading its next batch; None when not timed (a
+    # DataLoader feeds the steps, the step clock is not the optimizer's or a manual one, the model not yet known)
+
+    @property
+    def input_s(self) -> float:
+        """The step's time getting its input: the wait for a DataLoader's batch, or the loop building its own."""
+        return self.data_wait_s + (self.loop_input_s or 0.0)
 
 
 @dataclass(frozen=True)
@@ -82,9 +95,10 @@ class HostSample:
 
 
 def backward_seconds(wall_s: float, data_wait_s: float, copy_s: float, sync_s: float, forward_s: float | None,
-                     optimizer_s: float | None) -> float | None:
-    """A StepRecord's `backward_s`: the step's wall time less its data wait, copies, host waits, model forward
-    and optimizer steps, at least 0; None when the forward or the optimizer steps were not timed."""
+                     optimizer_s: float | None, loop_input_s: float | None = None) -> float | None:
+    """A StepRecord's `backward_s`: the step's wall time less its data wait, copies, host waits, model forward,
+    optimizer steps and the loop's own input work (None: not timed, nothing taken), at least 0; None when the
+    forward or the optimizer steps were not timed."""
     if forward_s is None or optimizer_s is None:
         return None
-    return max(0.0, wall_s - data_wait_s - copy_s - sync_s - forward_s - optimizer_s)
+    return max(0.0, wall_s - data_wait_s - copy_s - sync_s - forward_s - optimizer_s - (loop_input_s or 0.0))

@@ -9,10 +9,14 @@
 - 12·L·h·s: attention's two products per layer (scores Q·Kᵀ and their weighted sum of V), 2·h·s FLOPs each per
   token forward, three times that with the backward, over L layers of width h = heads × head size, at sequence
   length s; the causal mask's skipped half is counted, as PaLM does.
-Both the plan (tokens per second on a GPU) and the doctor (a training's MFU) read it: one rule, one place.
+Both the plan (tokens per second on a GPU) and the doctor (a training's FLOPs per token beside the ones it counts)
+read it, and what it reads of a model: `multiplied_parameters` (N, N_t) and `attention_shape` (L and h from a
+transformers config): one rule, one place. No torch import: a model is read through its own methods.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 def training_flops_per_token(multiplied_parameters: int, layers: int, attention_width: int,
@@ -39,3 +43,45 @@ def training_flops_per_step(multiplied_parameters: int, layers: int, attention_w
         raise ValueError(f"sequences must be a non-negative int, got {sequences!r}")
     per_token = training_flops_per_token(multiplied_parameters, layers, attention_width, sequence_length)
     return per_token * sequence_length * sequences
+
+
+def multiplied_parameters(model: Any, trained: bool = False, elements: dict[int, int] | None = None) -> int:
+    """The parameters a token multiplies (the module's docstring) of an nn.Module: all but an input embedding table
+    that is not also the output layer (a lookup, whose gradient is a scatter, not a product; transformers'
+    `get_input_embeddings` and `get_output_embeddings` name them, when the model has them); with `trained`, those
+    of them that are trained. `elements` gives a parameter's elements by id where they are not its `numel()` (the
+    plan's 4-bit weights count the weights they pack, not their bytes: plan/nf4.py `parameter_elements`)."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    skipped = set()
+    if embeddings is not None and (output is None or output.weight is not embeddings.weight):
+        skipped.add(id(embeddings.weight))
+    elements = elements or {}
+    return sum(elements.get(id(parameter), parameter.numel()) for parameter in model.parameters()
+               if id(parameter) not in skipped and (parameter.requires_grad or not trained))
+
+
+def attention_shape(config: Any) -> tuple[int, int] | None:
+    """(L, h) of the rule from a transformers config: L its layers (`num_hidden_layers`, `n_layer` or
+    `num_layers`; an encoder-decoder's encoder layers plus twice its decoder's `num_decoder_layers`, the decoder
+    attending over the sequence twice), h heads × head size (`num_attention_heads`, `n_head` or `num_heads`, times
+    `head_dim` or `d_kv`), else the hidden width (`hidden_size`, `n_embd` or `d_model`); None when either is not
+    in the config (or there is none)."""
+    layers = _first(config, "num_hidden_layers", "n_layer", "num_layers")
+    heads = _first(config, "num_attention_heads", "n_head", "num_heads")
+    size = _first(config, "head_dim", "d_kv")
+    width = heads * size if heads is not None and size is not None else _first(config, "hidden_size", "n_embd",
+                                                                                 "d_model")
+    if layers is None or width is None:
+        return None
+    if bool(getattr(config, "is_encoder_decoder", False)):
+        layers += 2 * (_first(config, "num_decoder_layers") or layers)
+    return layers, width
+
+
+def _first(config: Any, *names: str) -> int | None:
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None

@@ -112,10 +112,6 @@ class LanguageModel:
     def layers(self) -> int | None:
         return _first(self.config, "num_hidden_layers", "n_layer", "num_layers")
 
-    @property
-    def hidden(self) -> int | None:
-        return _first(self.config, "hidden_size", "n_embd", "d_model")
-
 
 def _first(config, *names: str) -> int | None:
     for name in names:

@@ -17,7 +17,7 @@ from torch import nn
 
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import load_catalog
-from gpufeed.measure.transformer_flops import training_flops_per_token
+from gpufeed.measure.transformer_flops import attention_shape, multiplied_parameters, training_flops_per_token
 from gpufeed.plan.language_model import FineTune, LanguageModel, build_language_model, resolve_language_model
 from gpufeed.plan.memory import PRECISIONS, MemoryEstimate, estimate_language_memory, language_fits
 from gpufeed.plan.nf4 import parameter_elements
@@ -94,39 +94,15 @@ def _sequence_length(request: LanguagePlanRequest, model: LanguageModel) -> int:
     return request.sequence_length
 
 
-def multiplied_parameters(model: nn.Module, trained: bool = False) -> int:
-    """The parameters a token multiplies (measure/transformer_flops.py): all but an input embedding table that is
-    not also the output layer (a lookup, whose gradient is a scatter, not a product); with `trained`, those of them
-    that are trained. A 4-bit weight counts its elements, not its packed bytes."""
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    skipped = set()
-    if embeddings is not None and (output is None or output.weight is not embeddings.weight):
-        skipped.add(id(embeddings.weight))
-    elements = parameter_elements(model)
-    return sum(elements[id(parameter)] for parameter in model.parameters()
-               if id(parameter) not in skipped and (parameter.requires_grad or not trained))
-
-
 def plan_flops_per_token(model: nn.Module, language_model: LanguageModel, sequence_length: int) -> int | None:
-    layers, width = language_model.layers, _attention_width(language_model)
-    if layers is None or width is None:
+    """6N + 12·L·h·s of the built model (measure/transformer_flops.py), its 4-bit weights counted as the weights
+    they pack; None when the config lacks L or h."""
+    shape = attention_shape(language_model.config)
+    if shape is None:
         return None
-    if language_model.seq2seq:  # encoder and decoder each attend over the sequence, the decoder twice
-        decoder = getattr(language_model.config, "num_decoder_layers", None) or layers
-        layers = layers + 2 * decoder
-    return training_flops_per_token(multiplied_parameters(model), layers, width, sequence_length,
-                                    multiplied_parameters(model, trained=True))
-
-
-def _attention_width(language_model: LanguageModel) -> int | None:
-    config = language_model.config
-    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", None) or \
-        getattr(config, "num_heads", None)
-    size = getattr(config, "head_dim", None) or getattr(config, "d_kv", None)
-    if isinstance(heads, int) and isinstance(size, int):
-        return heads * size
-    return language_model.hidden
+    elements = parameter_elements(model)
+    return training_flops_per_token(multiplied_parameters(model, elements=elements), *shape, sequence_length,
+                                    multiplied_parameters(model, trained=True, elements=elements))
 
 
 def _planned_precision(spec, precision: str) -> tuple[str | None, str]:

@@ -1,4 +1,5 @@
-"""The page of `gpufeed doctor --html`: the verdict, the gap between loader and model, where each watched step's time
+"""The page of `gpufeed doctor --html`: the verdict, the gap between loader and model (with the tokens and model FLOPs
+utilisation of a language model's batches), where each watched step's time
 went, the host's readings, the findings with their evidence and fixes, and the gains that were measured. A pure
 function of the saved document; a document with no watched step (the script failed first) still makes a page. The
 meaning of each kind is its registered kind's (gpufeed.doctor.findings, which loads no torch)."""
@@ -12,7 +13,13 @@ from matplotlib.ticker import FuncFormatter
 
 from gpufeed.doctor.findings import KINDS
 from gpufeed.doctor.findings.kinds.worker_memory import WorkerMemory, WorkerMemoryEvidence
-from gpufeed.doctor.findings.report import gain_headline, rates_sentence, verdict_headline
+from gpufeed.doctor.findings.report import (
+    gain_headline,
+    mfu_sentence,
+    rates_sentence,
+    tokens_sentence,
+    verdict_headline,
+)
 from gpufeed.report.doctor_ranks import ranks_section
 from gpufeed.report.html import PART_COLOURS, Page, chart_text, factor, new_figure, number, stacked_bars
 from gpufeed.units import NA, bytes_text, not_available, percent
@@ -113,6 +120,11 @@ def _verdict(page: Page, document: dict) -> None:
 
 
 def _rates(page: Page, document: dict) -> None:
+    tokens, mfu = tokens_sentence(document), mfu_sentence(document)
+    if tokens:
+        page.paragraph(f"Tokens: {tokens}.")
+    if mfu:
+        page.paragraph(f"{mfu}.")
     loader, model = document.get("loader_samples_per_s"), document.get("model_samples_per_s")
     if loader is None or model is None or loader <= 0 or model <= 0:
         if document["verdict"]["primary"] is not None:
@@ -134,12 +146,17 @@ def _rates(page: Page, document: dict) -> None:
 
 
 def step_parts(steps: list[dict]) -> dict[str, list[float]]:
-    """Seconds of each part of each step; "compute" only when some step measured it, "other host" the rest of the
-    wall time (never negative; device compute overlaps host work, so the parts can add up to more than the wall)."""
-    parts = {"data wait": [step["data_wait_s"] for step in steps], "host-to-device": [step["copy_s"] for step in steps],
+    """Seconds of each part of each step; "compute" only when some step measured it, "loop input" (the loop building
+    its own batches) only when some step spent time on it, "other host" the rest of the wall time (never negative;
+    device compute overlaps host work, so the parts can add up to more than the wall)."""
+    parts = {"data wait": [step["data_wait_s"] for step in steps],
+             "loop input": [step.get("loop_input_s") or 0.0 for step in steps],
+             "host-to-device": [step["copy_s"] for step in steps],
              "compute": [step["compute_s"] or 0.0 for step in steps], "stalls": [step["sync_s"] for step in steps]}
     if all(step["compute_s"] is None for step in steps):
         del parts["compute"]
+    if not any(parts["loop input"]):
+        del parts["loop input"]
     parts["other host"] = [max(0.0, step["wall_s"] - sum(values[index] for values in parts.values()))
                            for index, step in enumerate(steps)]
     return parts

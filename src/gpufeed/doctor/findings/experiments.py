@@ -9,7 +9,8 @@ name of the kind that declared it.
   batch `batch_factor` times larger (compared in samples/s only: it changes the optimisation);
 - `Autocast`: the outermost forward under bf16 autocast on `device_type`;
 - `DdpChange`: every DistributedDataParallel with gradient_as_bucket_view, and/or DDP's fp16 compression hook;
-- `AsyncItem`: each CUDA `.item()` served one step stale, without the wait.
+- `AsyncItem`: each CUDA `.item()` served one step stale, without the wait;
+- `CutPadding`: every training batch of token ids cut to its longest row (trials/cut_padding.py).
 Each has the experiment's `name` (the report's and the --try plan line's); `path` is how the change reaches the
 framework's loader, in its words (frameworks/words.py), added to the description.
 """
@@ -54,6 +55,11 @@ class AsyncItem:
     name: str = "async_item"
 
 
-ExperimentSpec = Replay | LoaderChange | Autocast | DdpChange | AsyncItem
+@dataclass(frozen=True)
+class CutPadding:
+    name: str = "cut_padding"
+
+
+ExperimentSpec = Replay | LoaderChange | Autocast | DdpChange | AsyncItem | CutPadding
 # a kind's experiments for one finding, and why none or no more are tried (None: nothing left out)
 Declared = tuple[list[ExperimentSpec], str | None]

@@ -1,7 +1,8 @@
 """How the finding modules (findings/kinds/<kind>.py) grade what they find and build a `Finding`: the shares' shared
 thresholds, severity from a share, confidence from a count of supporting steps (and, after `--try`, from the
-spread of the measured gain's pairs), and the host-bound gate that launch_overhead and small_batch both pass
-through.
+spread of the measured gain's pairs), the host-bound gate that launch_overhead and small_batch both pass
+through, and the check that a forward and backward timed after the watch (the batch probe, the padding trial)
+timed the step's work (`timed_elsewhere`).
 
 A share is a fraction of the total wall time of the watched steps (`Totals.share`). Thresholds are named
 constants with their source; "gpufeed's choice" marks those no published tool fixes, with the reason.
@@ -9,6 +10,7 @@ constants with their source; "gpufeed's choice" marks those no published tool fi
 
 from __future__ import annotations
 
+import statistics
 from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.registry import KINDS
@@ -23,6 +25,11 @@ if TYPE_CHECKING:
 # time. We grade every share that has no threshold of its own with these two.
 INPUT_SHARE_MEDIUM = 0.05
 INPUT_SHARE_HIGH = 0.20
+# timed_elsewhere: how much slower than the slowest watched step a run timed after the watch may be and still time the
+# step's work. gpufeed's choice: on a shared 2-core VM the same forward and backward, timed as the fastest of 7
+# rounds a few seconds after 10 watched steps, came 5-10% slower than the slowest of them in about 1 run in 6
+# (tests/doctor/test_language_models.py's T5, one thread); the probe the issue (#32) caught was 5x slower.
+DRIFT = 1.25
 # a kind's level (kind.py: RECOMMEND_AT) where no tool gives one for its cause, and that level's source
 OWN_LEVEL = INPUT_SHARE_MEDIUM
 OWN_LEVEL_SOURCE = ("gpufeed's choice: the input share's medium grade (grading.py), as no tool gives a level for "
@@ -75,7 +82,7 @@ def new_finding(kind: str, grade: str, share: float, evidence: dict, remedy: tup
 def unexplained_idle(seen: Observation, busy: float) -> float:
     """The device's idle share that input waits, copies and syncs do not account for."""
     totals = seen.totals
-    return max(0.0, 1.0 - busy - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s))
+    return max(0.0, 1.0 - busy - totals.share(totals.input_s + totals.copy_s + totals.sync_s))
 
 
 def host_bound_gate(seen: Observation) -> float | None:
@@ -85,7 +92,25 @@ def host_bound_gate(seen: Observation) -> float | None:
     busy = seen.device_busy()
     if not seen.on_gpu or busy is None or busy >= LOW_DEVICE_BUSY:
         return None
-    if totals.share(totals.data_wait_s) >= INPUT_SHARE_MEDIUM or totals.share(totals.sync_s) >= INPUT_SHARE_MEDIUM:
+    if totals.share(totals.input_s) >= INPUT_SHARE_MEDIUM or totals.share(totals.sync_s) >= INPUT_SHARE_MEDIUM:
         return None
     return busy
 
+
+
+def timed_elsewhere(seen: Observation, seconds: float, batches: int, subject: str, what: str) -> str | None:
+    """Why a forward and backward of a watched batch timed after the watch (`seconds`, the fastest of its rounds:
+    observe/probe.py, observe/padding.py) did not time the step's work, or None: it agrees. Each watched step's
+    forward_s + backward_s holds that work and more (the loss, zero_grad, the loop's Python), per batch when
+    `batches` are accumulated; so a fastest run slower than DRIFT times the slowest watched step's forward and
+    backward did not measure the step (the machine much busier while it ran, or another model), and is not used:
+    the note says so, under its own subject ("<subject> not used"), as the run's note on `subject` is already
+    there. Not judged when the steps do not carry forward_s and backward_s. `what` names the batch timed."""
+    parts = [(r.forward_s + r.backward_s) / batches for r in seen.steps
+             if r.forward_s is not None and r.backward_s is not None]
+    if not parts or seconds <= DRIFT * max(parts):
+        return None
+    return (f"{subject} not used: its fastest forward and backward {what} took "
+            f"{1000.0 * seconds:.3g} ms, against {1000.0 * statistics.median(parts):.3g} ms for the watched steps' "
+            f"forward and backward (median; slowest {1000.0 * max(parts):.3g} ms): more than {DRIFT:g}x the slowest, "
+            f"it did not measure the step it times (the machine busier while it ran?)")

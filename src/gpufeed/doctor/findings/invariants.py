@@ -68,7 +68,8 @@ def _verdict(report: Report) -> list[str]:
     found = []
     if verdict.share is None or abs(verdict.share - primary.share) > TOLERANCE:
         found.append(f"verdict.share {verdict.share} is not {primary.kind}'s share {primary.share}")
-    wastes = candidates([f for f in report.findings if f is not primary], Notes(()))  # its notes are not kept
+    # judged over every finding (a kind judged after another reaching its level is no candidate); notes not kept
+    wastes = [f for f in candidates(report.findings, Notes(())) if f is not primary]
     kind = KINDS[primary.kind]
     if kind.HEALTHY:
         if wastes:

@@ -22,7 +22,8 @@ The contract, in the order of a report's making:
   equal share (shares.py);
 - `RECOMMEND_AT`, the share over which it may be the verdict (None: never), and `RECOMMEND_SOURCE`, where that
   level comes from; `set_aside(finding)`: why a finding over its level is not the verdict after all, as the
-  note that says so (verdict.py);
+  note that says so (verdict.py); `JUDGED_AFTER`, the kinds whose fix changes what this kind measured: while one
+  of them reaches its level, this kind is not the verdict (verdict.py);
 - `annotate(findings)`: the report's findings with what this kind adds to the others' (worker_memory: each
   worker's RAM cost in the fixes that advise workers), called for every kind once the findings are sorted;
 - `timeline(seen)`: what it adds to the report's timeline under its name (worker_memory's readings), or None;
@@ -87,6 +88,7 @@ class Kind:
     PER_STEP: ClassVar[str | None] = None
     YIELDS_TO: ClassVar[tuple[str, ...]] = ()
     HEALTHY: ClassVar[bool] = False
+    JUDGED_AFTER: ClassVar[tuple[str, ...]] = ()
     OLD_REPORT_KEYS: ClassVar[tuple[str, ...]] = ()
     BEYOND_SHARE_CAUSE: ClassVar[str] = ("the change also sped up a part of the step the share does not count, or "
                                          "the pairs differ by noise")

@@ -15,8 +15,13 @@ from dataclasses import dataclass, field
 from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.notes import Note
 from gpufeed.measure.difference import MIN_CHANGE, WORDS, judged_ratios
+from gpufeed.units import flops_text
 
 SEVERITIES = ("high", "medium", "low", "info")
+MFU_KEYS = ("mfu", "mfu_peak_flops_per_s", "mfu_precision", "flops_per_token", "rule_flops_per_token", "flops_rule",
+            "mfu_missing")  # the report's model FLOPs utilisation (diagnose.py `utilisation`)
+# mfu_missing's words for a loop that is not a language model's (no sentence is shown for it)
+NO_TOKEN_IDS = "no token ids in the batches (MFU is reported for language-model training)"
 
 
 @dataclass(frozen=True)
@@ -111,10 +116,49 @@ def _fix_without_gain(gain: dict | None, next_remedy: str | None) -> str:
     return said + (f": next, {next_remedy}" if next_remedy else ": no other remedy is named here")
 
 
+def tokens_sentence(document: dict) -> str | None:
+    """The token rates in words, for batches of token ids: "the model computes 12,300 token positions/s fed
+    instantly, of which 8,200/s real tokens (33% of the positions padding)"; None when no tokens were counted."""
+    model, real = document.get("model_tokens_per_s"), document.get("real_tokens_per_s")
+    if not model:
+        return None
+    line = f"the model computes {model:,.0f} token positions/s fed instantly"
+    if real is None:
+        return line + " (padding not told apart: no attention_mask and no pad_token_id)"
+    return line + f", of which {real:,.0f}/s real tokens ({1.0 - real / model:.0%} of the positions padding)"
+
+
+def mfu_sentence(document: dict) -> str | None:
+    """Model FLOPs utilisation in words (findings/diagnose.py's definitions): "MFU 31% of the NVIDIA H200's bf16
+    dense peak 989 TFLOP/s (1.2 GFLOP per token counted; 6N+12Lhs rule 1.1 GFLOP)", under 1% to 2 significant
+    digits ("MFU 0.11% ..."); "MFU not computed: the
+    device's bf16 peak is unknown (...)" with the reason; None when the batches held no token ids (a report saved
+    before these keys, or a loop that is not a language model's)."""
+    mfu, missing = document.get("mfu"), document.get("mfu_missing")
+    if mfu is None and missing in (None, NO_TOKEN_IDS):
+        return None
+    if mfu is not None:
+        device = document["verdict"].get("device") or "device"  # "cuda:0 (NVIDIA H200)", "cpu"
+        name = "CPU" if device == "cpu" else device.partition(" (")[2].removesuffix(")") or device
+        share = f"{mfu:.0%}" if mfu >= 0.01 else f"{100 * mfu:.2g}%"  # a tiny model's 0.1%, not 0%
+        line = (f"MFU {share} of the {name}'s {document.get('mfu_precision')} dense peak "
+                f"{flops_text(document.get('mfu_peak_flops_per_s'), 'FLOP/s')}")
+    else:
+        line = f"MFU not computed: {missing}"
+    per_token, rule = document.get("flops_per_token"), document.get("rule_flops_per_token")
+    parts = [f"{flops_text(per_token)} per token counted"] if per_token is not None else []
+    if rule is not None:
+        terms = document.get("flops_rule")
+        parts.append(f"{terms} rule {flops_text(rule)}" + ("" if terms == "6N+12Lhs" else
+                                                           ", attention left out: no L and h in a model config"))
+    return line + (f" ({'; '.join(parts)})" if parts else "")
+
+
 def rates_sentence(document: dict) -> str:
     """The loader's rate against the model's in words, as they compare for the loader's workers: without workers
-    the loader runs in series with the model (its time adds to the step), so it never "keeps up"; with background
-    workers its delivered rate is compared with what the model consumes fed instantly."""
+    the loader runs in series with the model (its time adds to the step), so it never "keeps up"; nor does a loop
+    that builds its own batches (its steps' `loop_input_s`); with background workers its delivered rate is compared
+    with what the model consumes fed instantly."""
     loader, model = document.get("loader_samples_per_s"), document.get("model_samples_per_s")
     wait = document["verdict"].get("data_wait")
     workers = document.get("loader_workers")
@@ -124,20 +168,27 @@ def rates_sentence(document: dict) -> str:
     if model is None or model <= 0:
         return "Samples per second were not computed (the batch size was not read)."
     fed = f"the model consumes {model:,.0f} samples/s when fed instantly"
-    if workers == 0:
+    own = loop_built(document)
+    if workers == 0 or own:
+        who, it = (("The loop builds its batches itself (no DataLoader), so its reading", "the reading") if own
+                   else ("The loader has no workers, so it", "the loader"))
         if loader is None or loader <= 0:
-            return (f"The loader has no workers, so it runs in series with the model, inside the step: it took "
-                    f"{wait:.0%} of the step; {fed}.")
+            return f"{who} runs in series with the model, inside the step: it took {wait:.0%} of the step; {fed}."
         loop = 1.0 / (1.0 / loader + 1.0 / model)
-        return (f"The loader has no workers, so it runs in series with the model: it makes {loader:,.0f} samples/s "
-                f"while it runs and {fed}; in series they give {loop:,.0f} samples/s, the loader taking "
-                f"{wait:.0%} of the step.")
+        return (f"{who} runs in series with the model: it makes {loader:,.0f} samples/s while it runs and {fed}; "
+                f"in series they give {loop:,.0f} samples/s, {it} taking {wait:.0%} of the step.")
     if loader is None or loader <= 0:
         return (f"The steps waited {wait:.0%} of their time for data, so the loader keeps up: it is at least as "
                 f"fast as the model, which consumes {model:,.0f} samples/s when fed instantly.")
     gap = (f"the model could consume {model / loader:.2f}x what the loader supplies" if model > loader
            else f"the loader supplies {loader / model:.2f}x what the model consumes: it keeps up")
     return f"The loader supplies {loader:,.0f} samples/s; {fed}: {gap}."
+
+
+def loop_built(document: dict) -> bool:
+    """The saved run's loop built its own batches (no DataLoader): some watched step spent time doing it."""
+    steps = (document.get("timeline") or {}).get("steps") or ()
+    return any((step.get("loop_input_s") or 0.0) > 0 for step in steps)
 
 
 def _old_report_keys(name: str) -> tuple[str, ...]:
@@ -168,7 +219,8 @@ class Finding:
 class Verdict:
     primary: str | None  # a registered kind's name; None when no step was watched
     device_busy: float | None  # fraction of wall time the device computed; None when not measurable
-    data_wait: float | None  # fraction of wall time spent waiting for batches; None when no step was watched
+    data_wait: float | None  # fraction of wall time getting the input: waiting for batches, or the loop building
+    # its own (StepRecord.input_s); None when no step was watched
     steps: int
     device: str
     world_size: int = 1  # ranks of the run (the watched steps and findings above them are rank 0's)
@@ -190,6 +242,16 @@ class Report:
     # with several ranks: one RankSummary per gathered rank (doctor/observation.py), as dicts, by rank
     ranks: list[dict] = field(default_factory=list)
     loader_workers: int | None = None  # the training DataLoader's num_workers (None: not read): how the rates compare
+    model_tokens_per_s: float | None = None  # token positions (padding included) the model consumes fed instantly
+    real_tokens_per_s: float | None = None  # of which real tokens, not padding (None: not told apart, or no tokens)
+    # model FLOPs utilisation, for token batches (diagnose.py's definitions; None: not computed, mfu_missing says why)
+    mfu: float | None = None  # counted FLOPs per step x steps / watched wall seconds / the peak below
+    mfu_peak_flops_per_s: float | None = None  # the device's dense peak in mfu_precision
+    mfu_precision: str | None = None  # the precision that did most of the counted FLOPs
+    flops_per_token: float | None = None  # counted FLOPs per step / the counted step's token positions
+    rule_flops_per_token: int | None = None  # 6N + 12·L·h·s of the step's model (measure/transformer_flops.py)
+    flops_rule: str | None = None  # its terms: "6N+12Lhs", or "6N" without L and h in a model config
+    mfu_missing: str | None = None  # why mfu is None
 
     @property
     def unmeasured(self) -> list[str]:
@@ -214,7 +276,9 @@ class Report:
                    [Note("run" if text in run else "unmeasured", text) for text in document.get("unmeasured", [])],
                    document.get("loader_samples_per_s"), document.get("model_samples_per_s"),
                    document.get("script_error"), copy.deepcopy(document.get("timeline") or {}),
-                   copy.deepcopy(document.get("ranks") or []), document.get("loader_workers"))
+                   copy.deepcopy(document.get("ranks") or []), document.get("loader_workers"),
+                   document.get("model_tokens_per_s"), document.get("real_tokens_per_s"),
+                   **{key: document.get(key) for key in MFU_KEYS})
 
     def to_json(self) -> dict:
         findings = [dict(dataclasses.asdict(finding), gain=finding.gain and finding.gain.to_json())
@@ -223,4 +287,6 @@ class Report:
                 "notes": [note.text for note in self.notes if note.kind == "run"],
                 "loader_samples_per_s": self.loader_samples_per_s, "model_samples_per_s": self.model_samples_per_s,
                 "script_error": self.script_error, "timeline": copy.deepcopy(self.timeline),
-                "ranks": copy.deepcopy(self.ranks), "loader_workers": self.loader_workers}
+                "ranks": copy.deepcopy(self.ranks), "loader_workers": self.loader_workers,
+                "model_tokens_per_s": self.model_tokens_per_s, "real_tokens_per_s": self.real_tokens_per_s,
+                **{key: getattr(self, key) for key in MFU_KEYS}}

@@ -4,7 +4,8 @@ finding, and the shares of the findings that claim time sum to at most 1.
 
 The step is split into parts (fractions of the watched wall time, `step_parts`):
 
-    step ─┬─ data_wait    blocked in the training loader
+    step ─┬─ data_wait    getting the input: blocked in the training loader, or (no DataLoader) the loop
+          │               building its own batches (StepRecord.input_s: data_wait_s + loop_input_s)
           ├─ copy         host-to-device copies
           ├─ sync         the host waiting on the device (.item(), synchronize)
           ├─ collective   waiting at the gradient all-reduce after backward (several ranks: the rank that waited
@@ -48,7 +49,7 @@ Z95 = 1.959963984540054  # the standard normal's 97.5th percentile
 def step_parts(seen: Observation) -> dict[str, float]:
     """Each part's share of the watched step time (the module docstring)."""
     totals = seen.totals
-    data, copy, sync = (totals.share(seconds) for seconds in (totals.data_wait_s, totals.copy_s, totals.sync_s))
+    data, copy, sync = (totals.share(seconds) for seconds in (totals.input_s, totals.copy_s, totals.sync_s))
     ranks = seen.ranks.per_rank
     collective = 0.0
     if seen.ranks.world_size > 1 and ranks:

@@ -3,7 +3,9 @@
 The verdict (`choose`) is the waste with the largest share among those whose share is over the level at which the
 field's tools recommend a fix for that kind (each kind's RECOMMEND_AT, with its source: kind.py); a grade never
 outranks a larger share. A finding its own kind sets aside (`Kind.set_aside`: an input_bound finding whose
-background workers keep up) is not a candidate, with a note. When no waste is over its level the verdict is the
+background workers keep up) is not a candidate, with a note; nor is one whose measurement another candidate's fix
+would change (`Kind.JUDGED_AFTER`: small_batch's probe timed the padded batch that padding_waste's cut changes, so
+the batch is judged again after the cut), with a note. When no waste is over its level the verdict is the
 HEALTHY kind's (compute_bound: diagnose.py). Kinds over their level whose shares' 95% intervals (shares.py)
 overlap the verdict's are `Verdict.tied_with`: a near-tie is said, not picked silently.
 """
@@ -22,13 +24,19 @@ def reaches(finding: Finding) -> bool:
 
 
 def candidates(findings: list[Finding], notes: Notes) -> list[Finding]:
-    """The wastes that may be the verdict: over their level, less those their kind sets aside (noted)."""
+    """The wastes that may be the verdict: over their level, less those their kind sets aside and those judged
+    after another that reaches its level (noted)."""
     chosen = []
+    reaching = {finding.kind for finding in findings if reaches(finding)}
     for finding in findings:
         kind = KINDS[finding.kind]
         if kind.HEALTHY or not reaches(finding):
             continue
         aside = kind.set_aside(finding)
+        before = [name for name in kind.JUDGED_AFTER if name in reaching]
+        if aside is None and before:
+            aside = (f"{finding.kind}: not the verdict while {', '.join(before)} reaches its level: that fix changes "
+                     f"what {finding.kind} measured, so it is judged again after it")
         if aside is not None:
             notes.run(aside)
             continue

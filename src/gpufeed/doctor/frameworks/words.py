@@ -89,6 +89,8 @@ def loader_snippet(setup: Setup, changes: dict[str, str]) -> str:
         lines = "".join(f"    {argument},\n" for argument in _arguments(setup, changes))
         return f"args = TrainingArguments(\n    ...,  # your other arguments, as they are\n{lines})"
     batch = setup.knobs.batch_size if setup.knobs and setup.knobs.batch_size is not None else "batch_size"
+    changes = dict(changes)
+    batch = changes.pop("batch_size", batch)  # a change of the batch itself replaces the one set
     arguments = [f"batch_size={batch}", "shuffle=True", *_arguments(setup, changes)]
     if setup.framework == "lightning":
         return ("def train_dataloader(self):  # in the LightningModule or LightningDataModule\n"
@@ -99,21 +101,71 @@ def loader_snippet(setup: Setup, changes: dict[str, str]) -> str:
     return loader
 
 
+def _arguments_site(setup: Setup) -> str:
+    """What follows "TrainingArguments" in words: "(...) at train.py:30" when that is the line the Setup knows."""
+    return f"(...) at {setup.site}" if setup.site_is == "TrainingArguments(...)" and setup.site else ""
+
+
 def mixed_precision(setup: Setup, device_type: str) -> tuple[str, str]:
-    """(the switch in words, the code) for bf16 mixed precision in the framework's terms."""
+    """(the switch in words, the code) for bf16 mixed precision in the framework's terms; on a GPU with the fp16
+    alternative for GPUs older than Ampere (on the CPU there is none to name)."""
+    gpu = device_type != "cpu"
     if setup.framework == "transformers":
-        where = f"(...) at {setup.site}" if setup.site_is == "TrainingArguments(...)" and setup.site else ""
-        return (f"set bf16=True in TrainingArguments{where} (fp16=True on GPUs older than Ampere)",
+        return (f"set bf16=True in TrainingArguments{_arguments_site(setup)}"
+                + (" (fp16=True on GPUs older than Ampere)" if gpu else ""),
                 "args = TrainingArguments(\n    ...,  # your other arguments, as they are\n    bf16=True,\n)")
     if setup.framework == "lightning":
-        return ("pass precision=\"bf16-mixed\" to the Lightning Trainer (\"16-mixed\" on GPUs older than Ampere)",
+        return ("pass precision=\"bf16-mixed\" to the Lightning Trainer"
+                + (" (\"16-mixed\" on GPUs older than Ampere)" if gpu else ""),
                 "trainer = pl.Trainer(..., precision=\"bf16-mixed\")")
     if setup.framework == "accelerate":
-        return ("make the Accelerator with mixed_precision=\"bf16\" (\"fp16\" on GPUs older than Ampere)",
+        return ("make the Accelerator with mixed_precision=\"bf16\""
+                + (" (\"fp16\" on GPUs older than Ampere)" if gpu else ""),
                 "accelerator = Accelerator(mixed_precision=\"bf16\")")
-    return ("run the forward under torch.autocast with bfloat16 (float16 with torch.amp.GradScaler on GPUs older "
-            "than Ampere)", f"with torch.autocast(\"{device_type}\", dtype=torch.bfloat16):\n"
-                            f"    loss = criterion(model(images), labels)\nloss.backward()")
+    return ("run the forward under torch.autocast with bfloat16"
+            + (" (float16 with torch.amp.GradScaler on GPUs older than Ampere)" if gpu else ""),
+            f"with torch.autocast(\"{device_type}\", dtype=torch.bfloat16):\n"
+            f"    loss = criterion(model(images), labels)\nloss.backward()")
+
+
+def larger_batch(setup: Setup, batch: int | str, factor: int, accumulated: int = 1) -> tuple[str, str]:
+    """(the change in words, the code) for a batch `factor` times `batch` (an int, or code such as "batch_size")
+    where the framework sets it: TrainingArguments' per_device_train_batch_size (and gradient_accumulation_steps,
+    learning_rate), the DataLoader that Lightning's train_dataloader() returns (its DataModule's batch_size), the
+    DataLoader before accelerator.prepare, or the script's DataLoader. With `accumulated` batches per optimizer
+    step (gradient accumulation; `factor` divides it) the same samples per step in accumulated / factor larger
+    batches, the learning rate unchanged; else the learning rate scaled with the batch (linear scaling)."""
+    larger = batch * factor if isinstance(batch, int) else f"{factor} * {batch}"
+    trainer = setup.settings_in == "TrainingArguments"
+    if accumulated > 1:
+        changes, fewer = {"batch_size": str(larger)}, max(1, accumulated // factor)
+        if trainer:
+            words = (f"set per_device_train_batch_size={larger}, gradient_accumulation_steps={fewer} in "
+                     f"TrainingArguments{_arguments_site(setup)}")
+            code = ("args = TrainingArguments(\n    ...,  # your other arguments, as they are\n"
+                    f"    per_device_train_batch_size={larger},\n"
+                    f"    gradient_accumulation_steps={fewer},  # was {accumulated}: the same samples per optimizer "
+                    f"step\n)")
+            return words, code
+        return (f"{set_loader(setup, changes)}, and accumulate {fewer} per optimizer step instead of {accumulated}",
+                loader_snippet(setup, changes) + f"\naccumulation_steps = {fewer}  # was {accumulated}: the same "
+                                                 f"samples per optimizer step")
+    if trainer:
+        words = (f"set per_device_train_batch_size={larger} in TrainingArguments{_arguments_site(setup)} and "
+                 f"scale learning_rate there with it ({factor}x yours)")
+        code = ("args = TrainingArguments(\n    ...,  # your other arguments, as they are\n"
+                f"    per_device_train_batch_size={larger},\n"
+                f"    learning_rate={factor} * base_lr,  # base_lr: yours now (linear scaling); warmup_steps= if it "
+                f"diverges\n)")
+        return words, code
+    scaled = f"{factor} * base_lr  # base_lr: yours now (linear scaling); warm up if it diverges"
+    changes = {"batch_size": str(larger)}
+    if setup.framework == "lightning":
+        return (f"{set_loader(setup, changes)} (or the LightningDataModule's batch_size that it reads), and scale "
+                f"the learning rate in configure_optimizers() with it",
+                loader_snippet(setup, changes) + f"\n# in configure_optimizers(): lr = {scaled}")
+    return (f"{set_loader(setup, changes)}, and scale the learning rate with it",
+            loader_snippet(setup, changes) + f"\nfor group in optimizer.param_groups:\n    group[\"lr\"] = {scaled}")
 
 
 def pinned_copies(setup: Setup) -> tuple[str, str]:
@@ -158,3 +210,42 @@ def experiment_path(framework: str, changes: dict[str, str]) -> str | None:
     if framework == "lightning":
         return "set in DataLoader.__init__: the DataLoader that train_dataloader() builds"
     return None
+
+
+def shorter_padding(setup: Setup, source: str, site: str | None, seq2seq: bool) -> tuple[str, str]:
+    """Batches padded to their longest row instead of a fixed length, in the framework's words (padding_waste's
+    fix): `source` is where the padding is made (observe/padding.py's words), `site` the user's line for it."""
+    at = f" at {site}" if site else ""
+    if "tokenizer" in source:
+        stop = f'drop padding="max_length" from the tokenizer call{at}'
+    elif "collator" in source and "max_length" in source:
+        stop = f'build the collator with padding="longest" (its default) instead of "max_length"{at}'
+    elif "collate" in source:
+        stop = f"make the collate function{at} pad to the batch's longest row, not a fixed length"
+    else:
+        stop = "pad each batch to its longest row, not to a fixed length"
+    if setup.framework == "transformers":
+        collator = "DataCollatorForSeq2Seq(tokenizer, model=model)" if seq2seq else \
+            "DataCollatorWithPadding(tokenizer)"
+        words = (f"{stop.capitalize()}, and let the Trainer pad each batch to its longest row: "
+                 f"data_collator={collator} (causal language models: DataCollatorForLanguageModeling(tokenizer, "
+                 f"mlm=False), which also makes the labels); add group_by_length=True to TrainingArguments so "
+                 f"that rows of similar length share a batch. With no padding at all, DataCollatorWithFlattening "
+                 f"(or TRL's SFTConfig(padding_free=True), or packing=True) concatenates the rows; it needs an "
+                 f"attention that keeps them apart: attn_implementation=\"flash_attention_2\".")
+        snippet = ("tokenized = dataset.map(lambda rows: tokenizer(rows[\"text\"], truncation=True, max_length=512),\n"
+                   "                        batched=True)  # no padding here: the collator pads each batch\n"
+                   "args = TrainingArguments(..., group_by_length=True)\n"
+                   f"trainer = Trainer(model=model, args=args, train_dataset=tokenized, data_collator={collator})")
+        return words, snippet
+    where = {"lightning": "in the DataLoader that train_dataloader() returns",
+             "accelerate": "in the DataLoader you pass to accelerator.prepare"}.get(setup.framework, "")
+    words = (f"{stop.capitalize()}: tokenize without padding and pad in the DataLoader's collate_fn"
+             f"{' ' + where if where else ''}, to the batch's longest row (tokenizer.pad or "
+             f"torch.nn.utils.rnn.pad_sequence); a sampler that puts rows of similar length in the same batch "
+             f"(sort by length within buckets of a few batches) leaves little padding at all.")
+    snippet = ("def collate(rows):  # each batch padded to its own longest row\n"
+               "    return tokenizer.pad([{\"input_ids\": row[\"input_ids\"]} for row in rows], padding=\"longest\",\n"
+               "                         return_tensors=\"pt\")\n"
+               "loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True, collate_fn=collate)")
+    return words, snippet

@@ -23,6 +23,11 @@ computes bf16 natively (a CPU's AMX-BF16 or AVX512-BF16 flags, as train's auto p
 when the Observation is made (`step_arithmetic`), after the watch. Those imports, of `gpufeed.hardware.peak` and the
 CPU probe, are the doctor's one arrow into hardware (docs/design.md, "Arrows between packages"): one
 peak table for both.
+
+For FLOPs per token (the report's `flops_per_token` beside `rule_flops_per_token`, findings/diagnose.py), the
+counted step's token positions and sequence length are kept with its count (`keep`), and the step's model is read
+at its first training forward as the 6N + 12·L·h·s rule reads it (`transformer_size`: N, N_t, and L and h from its
+transformers config, measure/transformer_flops.py).
 """
 
 from __future__ import annotations
@@ -33,7 +38,8 @@ import torch
 from torch.utils import _python_dispatch
 
 from gpufeed.doctor.notes import Note
-from gpufeed.doctor.observation import OperatorFlops, StepArithmetic
+from gpufeed.doctor.observation import OperatorFlops, StepArithmetic, TransformerSize
+from gpufeed.measure.transformer_flops import attention_shape, multiplied_parameters
 
 SUBJECT = "FLOPs per step"  # the subject of the notes on the count
 PEAK_SUBJECT = "peak FLOP/s"
@@ -49,6 +55,7 @@ class FlopCount:
     def __init__(self) -> None:
         self.failure: str | None = None
         self.counted: tuple[OperatorFlops, ...] | None = None  # the kept step's FLOPs, most first
+        self.counted_tokens: tuple[int, int] | None = None  # the kept step's (token positions, sequence length)
         self._stopped: tuple[OperatorFlops, ...] | None = None  # the last step counted, until kept or dropped
         self._counter = None
         self._pending = None  # a counter that could not be left at its step's end (another mode above it)
@@ -72,10 +79,11 @@ class FlopCount:
             return
         self._counter = counter
 
-    def keep(self, wanted: bool) -> None:
-        """Keep the step just stopped when `wanted`; drop it either way from what the next `keep` sees."""
+    def keep(self, wanted: bool, tokens: tuple[int, int] | None = None) -> None:
+        """Keep the step just stopped when `wanted`, with its (token positions, sequence length) when its batches
+        held token ids; drop it either way from what the next `keep` sees."""
         if wanted and self._stopped is not None:
-            self.counted = self._stopped
+            self.counted, self.counted_tokens = self._stopped, tokens
         self._stopped = None
 
     def stop(self) -> None:
@@ -180,8 +188,22 @@ def bf16_native(cuda: bool) -> bool | None:
     return None if any(is_na(flag) for flag in flags) else False
 
 
-def step_arithmetic(count: FlopCount, cuda: bool, warmup: int) -> tuple[StepArithmetic | None, list[Note]]:
-    """The counted step's arithmetic with the device's peak, and the notes on what is missing."""
+def transformer_size(module: torch.nn.Module) -> TransformerSize | None:
+    """The step's model as the 6N + 12·L·h·s rule reads it: N and N_t (measure/transformer_flops.py's
+    `multiplied_parameters`), L and h from its transformers `config` when it has one (a peft model reaches its
+    base's); None when the model cannot be read (never an error in the script's step). A bitsandbytes 4-bit weight
+    counts its packed elements, not the weights it packs."""
+    try:
+        return TransformerSize(multiplied_parameters(module), multiplied_parameters(module, trained=True),
+                               attention_shape(getattr(module, "config", None)))
+    except Exception:  # a get_input_embeddings that raises (NotImplementedError), say: no rule figure
+        return None
+
+
+def step_arithmetic(count: FlopCount, cuda: bool, warmup: int,
+                    model: TransformerSize | None = None) -> tuple[StepArithmetic | None, list[Note]]:
+    """The counted step's arithmetic with the device's peak, its tokens and `model` (the step's, when seen), and
+    the notes on what is missing."""
     counted = count.counted
     if counted is None:
         why = count.failure or ("not counted: no warm-up step to count them in (warmup 0)" if warmup == 0
@@ -200,4 +222,6 @@ def step_arithmetic(count: FlopCount, cuda: bool, warmup: int) -> tuple[StepArit
         if peak is None:
             notes.append(Note("unmeasured", f"{PEAK_SUBJECT}: {derivation}; achieved FLOP/s is not compared "
                                             f"with the device's"))
-    return StepArithmetic(total, counted, precision, peak, derivation, bf16_native(cuda)), notes
+    tokens, sequence_length = count.counted_tokens or (None, None)
+    return StepArithmetic(total, counted, precision, peak, derivation, bf16_native(cuda), tokens, sequence_length,
+                          model), notes

@@ -17,7 +17,8 @@
   (positional and keyword: `model(**batch)`) and first parameter tell the batch size, float64 and CUDA, read when
   it returns. The first training forward at a small batch is kept for the batch probe (probe.py), which the
   hooks ignore while it runs. The first outermost forward with grad enabled names the step's model, whose own
-  forward hooks (parts.py) then time its forward (`forward_s`). Dropped at the end of the first outermost forward
+  forward hooks (parts.py) then time its forward (`forward_s`) and, in a loop with no DataLoader, mark the end of
+  the loop's own input work (`loop_input_s`, watch.py). Dropped at the end of the first outermost forward
   once a loader or an optimizer is the step clock and the step's model is known, so that their cost (a call per
   module) stops there.
 - with CUDA only: `Tensor.to/.cuda/.cpu/.copy_` (host-to-device copies: host time, bytes, pinned or not; device to
@@ -51,7 +52,9 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from gpufeed.doctor.frameworks.setup import Constructions
 from gpufeed.doctor.notes import Note
 from gpufeed.doctor.observe import probe
+from gpufeed.doctor.observe.flops import transformer_size
 from gpufeed.doctor.observe.parts import StepParts
+from gpufeed.doctor.observe.tokens import pad_token_id_of
 from gpufeed.doctor.patching import Patch, call_site, first_tensor
 
 SYNC_WARNING = "called a synchronizing CUDA operation"  # torch's text in sync debug mode "warn"
@@ -74,6 +77,7 @@ class Instrumentation:
         self._forward_handles: list = []
         self._depth = 0  # forwards active now
         self._backward_since_boundary = False
+        self._model_read = False  # the first training forward's model was read (its padding id and size)
         self._clock_optimizer = None
         self._optimizers: set[int] = set()  # ids of the optimizers that stepped
         self.parts = StepParts(watcher)  # the model's forward and the optimizer steps, timed (parts.py)
@@ -92,6 +96,7 @@ class Instrumentation:
                                                               always_call=True)]
         if self.patch_loader:
             self._patch_loader()
+        self.watcher.tokenizer_calls.install(self._patches)  # where the script asked for padding (padding.py)
         if torch.cuda.is_available():
             self._patch_cuda()
 
@@ -104,14 +109,17 @@ class Instrumentation:
             patch.restore()
         self._patches = []
         self.built.remove()
+        self.watcher.tokenizer_calls.remove()
         self.watcher.notes += [Note("unmeasured", f"loader site: {problem}") for problem in self.built.problems]
+        self.watcher.notes += [Note("unmeasured", problem) for problem in self.watcher.tokenizer_calls.problems]
         self.built.problems = []
+        self.watcher.tokenizer_calls.problems = []
         self._clock_optimizer = None
         self._end_sync_debug()
 
     def _maybe_stop(self) -> None:
         if self.watcher.done and self._depth == 0 and os.getpid() == self._pid:
-            self.watcher.run_probe()  # once, between steps, in the script's own settings (threads, device)
+            self.watcher.after_watch()  # once, between steps, in the script's own settings (threads, device)
         if self.stop_when_done and (self.watcher.done or self.stop_requested) and os.getpid() == self._pid:
             raise DoctorStop
 
@@ -175,6 +183,10 @@ class Instrumentation:
                     self.watcher.on_float64()
                 if value.is_cuda:
                     self._using_cuda()
+        if not self._model_read and torch.is_grad_enabled():  # the first training forward's model
+            self._model_read = True
+            self.watcher.pad_token_id = pad_token_id_of(module)
+            self.watcher.model_size = transformer_size(module)
         if tensor is not None and tensor.dim() > 0:
             self.watcher.on_forward_input(int(tensor.shape[0]), id(module), torch.is_grad_enabled())
             if self.watcher.capture is None and torch.is_grad_enabled():  # the first training forward

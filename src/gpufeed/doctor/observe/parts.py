@@ -5,17 +5,21 @@ into the Watcher's step (watch.py) like its data wait. The Instrumentation (hook
   (the hooks' forward pre-hook names it, `time_model`); under DDP that is the DistributedDataParallel wrapper.
   A forward pre-hook and an always-called forward hook on that one module instance (not global hooks: those are
   dropped after the first step, hooks.py) read the clock around each of its calls with grad enabled, outermost
-  calls only; forwards under torch.no_grad (validation) and the batch probe's (`watcher.probing`) are left out.
+  calls only; forwards under torch.no_grad (validation) and the batch probe's (`watcher.probing`) are left out of
+  it (a no-grad call's time is told to the Watcher apart, which leaves it out of the loop's input work).
+- the loop's own input work (`loop_input_s`, no training DataLoader seen): the start of the step's first call of
+  the model with grad enabled, read here, ends it; the Watcher (watch.py) takes it from the step's start.
 - the optimizer steps (`optimizer_s`): torch's global optimizer step pre-hook notes when each optimizer's step
   began, and the Instrumentation's post-hook (hooks.py) calls `optimizer_ended` before it ends the step, so a
   step's optimizer time lands in that step; every optimizer counts. A rank's record (ranks/context.py) takes its
   optimizer time from here too.
 
-The rest of the step's compute (`backward_s`: the loss, the backward pass, zero_grad and the loop's own Python)
-is what the wall time leaves (measure/steps.py: backward_seconds). On CUDA kernels run asynchronously: these are
-the host's times in each part, and a part that waits for the device (an .item() in the loss, the caching
-allocator) carries that wait. A copy or a host wait made inside the forward counts in both copy_s/sync_s and
-forward_s (backward_s is then clamped at 0). Cost: two hook calls per call of the model, two per optimizer step.
+The rest of the step's compute (`backward_s`: the loss, the backward pass, zero_grad and the loop's own Python,
+less its input work when timed) is what the wall time leaves (measure/steps.py: backward_seconds). On CUDA kernels
+run asynchronously: these are the host's times in each part, and a part that waits for the device (an .item() in
+the loss, the caching allocator) carries that wait. A copy or a host wait made inside the forward counts in both
+copy_s/sync_s and forward_s (backward_s is then clamped at 0). Cost: two hook calls per call of the model, two per
+optimizer step.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class StepParts:
         self._optimizer_depth: dict[int, int] = {}  # id(optimizer) -> its step() calls active now (see below)
         self._model_depth = 0  # calls of the model active now
         self._model_started: float | None = None  # the outermost timed call's start
+        self._model_grad = True  # that call runs with grad enabled (a training forward)
 
     def install(self) -> None:
         self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_start))
@@ -73,18 +78,25 @@ class StepParts:
         """`module` is the step's model, its call now starting (from a global forward pre-hook, which runs before
         the module's own: this call is timed from here)."""
         self.model = module
-        self._handles += [module.register_forward_pre_hook(self._on_model_start),
+        self._handles += [module.register_forward_pre_hook(self._on_model_start, with_kwargs=True),
                           module.register_forward_hook(self._on_model_end, always_call=True)]
         self.watcher.timing("forward")
-        self._on_model_start(module, inputs)
+        self._on_model_start(module, inputs, {})
 
-    def _on_model_start(self, module, inputs) -> None:
+    def _on_model_start(self, module, args, kwargs) -> None:
         self._model_depth += 1
-        if self._model_depth == 1 and torch.is_grad_enabled() and not self.watcher.probing:
+        if self._model_depth == 1 and not self.watcher.probing:
+            self._model_grad = torch.is_grad_enabled()
+            if self._model_grad:  # before the forward's clock: counting and capturing are not its time
+                self.watcher.on_model_call(module, args, kwargs, time.perf_counter())
             self._model_started = time.perf_counter()
 
     def _on_model_end(self, module, inputs, output) -> None:  # also when the forward raised (always_call)
         self._model_depth = max(0, self._model_depth - 1)
         if self._model_depth == 0 and self._model_started is not None:
-            self.watcher.on_forward_time(time.perf_counter() - self._model_started)
+            seconds = time.perf_counter() - self._model_started
+            if self._model_grad:
+                self.watcher.on_forward_time(seconds)
+            else:  # validation: not the loop's input work, should it come before the step's forward
+                self.watcher.on_no_grad_forward_time(seconds)
             self._model_started = None

@@ -1,25 +1,34 @@
 """The small-batch probe: how much of a step at a small batch is fixed cost, measured on the user's own model.
 
 When the watched loop's batch is under SMALL_BATCH (doctor/observation.py), the instrumentation keeps the first
-training forward's module and a copy of its inputs (`Capture`), and once the watch is done, outside the watched
-steps, times a forward and backward of that module on the batch repeated 1, 2 and 4 times (`FACTORS`: every
-input tensor whose first dimension is the batch, concatenated with itself), the loss the sum of the outputs that
-require grad, no optimizer step. DistributedDataParallel runs its wrapped module under `no_sync()` (no
-collective: no buffer broadcast, no all-reduce). Before, it
-saves and after it restores the parameters' gradients, the module's buffers (BatchNorm's running statistics and
-counts) and torch's RNG states (CPU and CUDA), so the script goes on as if nothing had run.
+training forward's module and a copy of its inputs (`Capture`), and once the watch is done, between two steps (the
+clock's hook: after an optimizer step, the gradients it used still set), times a forward and backward of that
+module on the batch repeated 1, 2 and 4 times (`FACTORS`: every input tensor whose first dimension is the batch,
+concatenated with itself), no optimizer step. The loss is the script's own where the output carries one (a
+`loss` attribute or key, or a scalar among a tuple's outputs: transformers' models given labels, nanoGPT's
+`logits, loss`); else the sum of the first output that requires grad (a criterion's reduction costs about that; no
+float copy of a (B, T, V) output). DistributedDataParallel runs its wrapped module under `no_sync()` (no
+collective: no buffer broadcast, no all-reduce). Before, it saves and after it restores the parameters' gradients,
+the module's buffers (BatchNorm's running statistics and counts) and torch's RNG states (CPU and CUDA), so the
+script goes on as if nothing had run; while it runs the gradients are unset before each backward (as after
+`zero_grad()`), so each backward writes them as the step's does, rather than adding to the step's.
 
 Skipped, with a note: on a rank other than 0; when the device's memory or the host's RAM is over half full
 (MEMORY_LIMIT: a 4x batch must not run either out); under autocast, unless its dtype is read (the probe runs under
-the same); when the outputs hold nothing that requires grad. After one warm run of each factor, rounds take the
-factors in turn, REPEATS of them within BUDGET_S (fewer for a slow model); each factor's fastest run counts (the
-machine's noise only adds time: another process, a page fault), on CUDA with a synchronize around each run.
+the same); when the outputs hold nothing that requires grad. After one warm run of each input, rounds take the
+inputs in turn (a drift of the machine's speed falls on all alike), as many as BUDGET_S allows and at least
+MIN_ROUNDS whatever the model's speed (the budget scales with the step: one round of a slow model would be one
+sample of the machine's noise), at most REPEATS; each input's fastest run counts (the machine's noise only adds
+time: another process, a page fault), on CUDA with a synchronize around each run. `time_inputs` is the same
+timing for any list of inputs (observe/padding.py's, say).
 
 What it gives (`BatchProbe`, observation.py): the seconds per forward+backward at each factor; the per-sample
 cost is the slope between 1x and 4x (the widest lever arm), or, when the slope is not above zero (the growth is
 below the runs' noise), at most the 4x run's time over its samples; findings/kinds/small_batch.py takes the step's
 fixed cost as the model's step time less the batch times that cost: the optimizer step, the Python around the
-model and every operator's dispatch, which a larger batch spreads over more samples.
+model and every operator's dispatch, which a larger batch spreads over more samples. It checks the probe first
+against the watched steps (`probe_disagrees`): a probe much slower than the steps it probes (grading.DRIFT) is not
+used.
 """
 
 from __future__ import annotations
@@ -37,8 +46,10 @@ from gpufeed.doctor.observation import SMALL_BATCH, BatchProbe
 FACTORS = (1, 2, 4)
 REPEATS = 7
 # gpufeed's choice: the probe may take about as long as a few watched steps of a small model; a model that takes
-# longer per forward+backward gets fewer rounds (at least 1 after the warm runs).
+# longer per forward+backward gets fewer rounds, but never under MIN_ROUNDS: the fastest of 3 interleaved runs is
+# what the issue's busy-machine case needed (a single round on a loaded 2-core machine ran 5x the watched step).
 BUDGET_S = 3.0
+MIN_ROUNDS = 3
 # issue 20: a 4x batch is run only while the device's memory and the host's RAM are at most half full.
 MEMORY_LIMIT = 0.5
 SUBJECT = "batch probe"  # the notes' subject
@@ -51,7 +62,7 @@ class Capture:
     def __init__(self, module: torch.nn.Module, args: tuple, kwargs: dict, batch: int,
                  autocast: tuple[str, torch.dtype] | None) -> None:
         self.module = weakref.ref(module)
-        self.args, self.kwargs = _copied(args), _copied(kwargs)
+        self.args, self.kwargs = copied(args), copied(kwargs)
         self.batch, self.autocast = batch, autocast
 
 
@@ -60,24 +71,32 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict, batch: int) -> C
     forward cannot be probed (autocast whose dtype cannot be read)."""
     if batch >= SMALL_BATCH or batch <= 0:
         return None
-    autocast = None
-    for device_type in ("cuda", "cpu"):
-        if torch.is_autocast_enabled(device_type):
-            try:
-                autocast = (device_type, torch.get_autocast_dtype(device_type))
-            except (AttributeError, RuntimeError):
-                return f"{SUBJECT}: not run, the forward ran under autocast whose dtype this torch does not tell"
+    autocast = autocast_now()
+    if isinstance(autocast, str):
+        return f"{SUBJECT}: not run, {autocast}"
     return Capture(module, args, kwargs, batch, autocast)
 
 
-def _copied(value: Any) -> Any:
+def autocast_now() -> tuple[str, torch.dtype] | str | None:
+    """(device type, dtype) of the autocast the code runs under now, None without autocast, or why it is not
+    known (the text of a note)."""
+    for device_type in ("cuda", "cpu"):
+        if torch.is_autocast_enabled(device_type):
+            try:
+                return device_type, torch.get_autocast_dtype(device_type)
+            except (AttributeError, RuntimeError):
+                return "the forward ran under autocast whose dtype this torch does not tell"
+    return None
+
+
+def copied(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value.detach().clone()
     if isinstance(value, Mapping):
-        return {key: _copied(item) for key, item in value.items()}
+        return {key: copied(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_copied(item) for item in value) if not hasattr(value, "_fields") else \
-            type(value)(*(_copied(item) for item in value))
+        return type(value)(copied(item) for item in value) if not hasattr(value, "_fields") else \
+            type(value)(*(copied(item) for item in value))
     return value
 
 
@@ -94,21 +113,26 @@ def repeated(value: Any, batch: int, factor: int) -> Any:
 
 
 def _loss(output: Any) -> torch.Tensor | None:
-    """The sum of every floating output that requires grad; None when none does."""
-    found: list[torch.Tensor] = []
+    """The loss the backward starts from (the module docstring): the script's own when the output carries one, else
+    the sum of the first floating output that requires grad; None when none does."""
+    def scalar(value: Any) -> bool:
+        return isinstance(value, torch.Tensor) and value.dim() == 0 and value.requires_grad and \
+            value.is_floating_point()
 
-    def walk(value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            if value.requires_grad and value.is_floating_point():
-                found.append(value.float().sum())
-        elif isinstance(value, Mapping):
-            for item in value.values():
-                walk(item)
-        elif isinstance(value, (list, tuple)):
-            for item in value:
-                walk(item)
-    walk(output)
-    return torch.stack(found).sum() if found else None
+    own = output.get("loss") if isinstance(output, Mapping) else getattr(output, "loss", None)
+    if scalar(own):
+        return own
+    if isinstance(output, (list, tuple)) and (found := next((item for item in output if scalar(item)), None)):
+        return found
+    first = _first_grad_tensor(output)
+    return None if first is None else first.sum()
+
+
+def _first_grad_tensor(value: Any) -> torch.Tensor | None:
+    if isinstance(value, torch.Tensor):
+        return value if value.requires_grad and value.is_floating_point() else None
+    items = value.values() if isinstance(value, Mapping) else value if isinstance(value, (list, tuple)) else ()
+    return next((found for item in items if (found := _first_grad_tensor(item)) is not None), None)
 
 
 def _memory_full(cuda: bool) -> str | None:
@@ -136,56 +160,72 @@ def run(captured: Capture) -> tuple[BatchProbe | None, str]:
     module = captured.module()
     if module is None:
         return None, f"{SUBJECT}: not run, the model was gone by the end of the watch"
+    inputs = [(repeated(captured.args, captured.batch, factor), repeated(captured.kwargs, captured.batch, factor))
+              for factor in FACTORS]
+    timed = attempt(module, inputs, captured.autocast, SUBJECT, f"a {FACTORS[-1]}x batch")
+    if isinstance(timed, str):
+        return None, timed
+    seconds, repeats = timed
+    probe = BatchProbe(captured.batch, tuple(zip(FACTORS, seconds, strict=True)), repeats)
+    times = ", ".join(f"{factor}x {1000 * s:.2f} ms" for factor, s in probe.seconds)
+    return probe, (f"{SUBJECT}: after the watch, a forward and backward of the model (no optimizer step; "
+                   f"gradients, buffers and RNG restored after) at {captured.batch} samples repeated 1x, 2x and "
+                   f"4x, the fastest of {repeats}: {times}")
+
+
+def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast: tuple[str, torch.dtype] | None,
+            subject: str, largest: str) -> tuple[list[float], int] | str:
+    """`time_inputs` where it may run (rank 0, memory at most MEMORY_LIMIT full), its state saved and restored; the
+    fastest seconds per input and the rounds, or the note's text saying why not (`subject` opens it; `largest`
+    names the input that may run out of memory)."""
     if _rank() != 0:
-        return None, f"{SUBJECT}: not run on rank {_rank()} (rank 0 probes)"
+        return f"{subject}: not run on rank {_rank()} (rank 0 measures)"
     parameter = next(module.parameters(), None)
     cuda = parameter is not None and parameter.is_cuda
     full = _memory_full(cuda)
     if full is not None:
-        return None, f"{SUBJECT}: not run, {full}"
+        return f"{subject}: not run, {full}"
     saved = _save(module, cuda)
     try:
-        seconds, repeats = _time_factors(module, captured, cuda)
+        return time_inputs(module, inputs, autocast, cuda)
     except torch.OutOfMemoryError:
-        return None, f"{SUBJECT}: not run to the end, a {FACTORS[-1]}x batch ran out of memory"
+        return f"{subject}: not run to the end, {largest} ran out of memory"
     except _NoLoss:
-        return None, f"{SUBJECT}: not run, the model's outputs hold nothing that requires grad"
-    except Exception as raised:  # the user's forward on a repeated batch: report it, never lose the run
-        return None, f"{SUBJECT}: not run to the end, the forward on a repeated batch raised " \
-                     f"{type(raised).__name__}: {raised}"
+        return f"{subject}: not run, the model's outputs hold nothing that requires grad"
+    except Exception as raised:  # the user's forward on inputs of ours: report it, never lose the run
+        return f"{subject}: not run to the end, a forward and backward raised {type(raised).__name__}: {raised}"
     finally:
         _restore(module, saved, cuda)
-    probe = BatchProbe(captured.batch, tuple(zip(FACTORS, seconds, strict=True)), repeats)
-    timed = ", ".join(f"{factor}x {1000 * s:.2f} ms" for factor, s in probe.seconds)
-    return probe, (f"{SUBJECT}: after the watch, a forward and backward of the model (no optimizer step; "
-                   f"gradients, buffers and RNG restored after) at {captured.batch} samples repeated 1x, 2x and "
-                   f"4x, the fastest of {repeats}: {timed}")
 
 
 class _NoLoss(Exception):
     pass
 
 
-def _time_factors(module: torch.nn.Module, captured: Capture, cuda: bool) -> tuple[list[float], int]:
-    """The fastest seconds at each factor and the rounds run: one warm run of each factor, then rounds that
-    take the factors in turn (so that a drift of the machine's speed falls on all of them alike), as many as
-    BUDGET_S allows, at most REPEATS and at least 1. A DistributedDataParallel module runs its own module, under
-    its no_sync(): DDP's forward may broadcast buffers to the other ranks, which are not probing."""
+def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
+                autocast: tuple[str, torch.dtype] | None, cuda: bool) -> tuple[list[float], int]:
+    """The fastest seconds of a forward and backward on each (args, kwargs) and the rounds run: one warm run of
+    each, then rounds that take them in turn, as many as BUDGET_S allows, at least MIN_ROUNDS, at most REPEATS.
+    The gradients are unset before each run (the caller saves and restores them: `attempt`). A
+    DistributedDataParallel module runs its own module, under its no_sync(): DDP's forward may broadcast buffers to
+    the other ranks, which are not measuring."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
     wrapper, module = (module, module.module) if ddp else (None, module)
     with wrapper.no_sync() if wrapper is not None else contextlib.nullcontext():
-        inputs = [(repeated(captured.args, captured.batch, factor), repeated(captured.kwargs, captured.batch, factor))
-                  for factor in FACTORS]
-        warm = [_one(module, args, kwargs, captured.autocast, cuda) for args, kwargs in inputs]
-        rounds = max(1, min(REPEATS, int((BUDGET_S - sum(warm)) / sum(warm)) if sum(warm) > 0 else REPEATS))
-        times: list[list[float]] = [[] for _ in FACTORS]
+        warm = [_one(module, args, kwargs, autocast, cuda) for args, kwargs in inputs]
+        round_s = sum(warm)
+        fit = int((BUDGET_S - round_s) / round_s) if round_s > 0 else REPEATS
+        rounds = max(MIN_ROUNDS, min(REPEATS, fit))
+        times: list[list[float]] = [[] for _ in inputs]
         for _ in range(rounds):
             for index, (args, kwargs) in enumerate(inputs):
-                times[index].append(_one(module, args, kwargs, captured.autocast, cuda))
+                times[index].append(_one(module, args, kwargs, autocast, cuda))
     return [min(seconds) for seconds in times], rounds
 
 
 def _one(module, args, kwargs, autocast, cuda: bool) -> float:
+    for parameter in module.parameters():
+        parameter.grad = None  # as after zero_grad(): the backward writes the gradients, as the step's does
     if cuda:
         torch.cuda.synchronize()
     start = time.perf_counter()

@@ -25,6 +25,17 @@ the step, are summed into the step as they end, like the data wait; `backward_s`
 asynchronously). A part is 0.0 in a step where it is timed and did not run, None until it is timed (no
 instrumentation, or before the step's model was first called).
 
+The loop's own input work (`loop_input_s`): in a loop that reads its batches itself (a slice of a np.memmap of
+token ids, torch.stack, .to(device): nanoGPT's get_batch), with no DataLoader batch seen, the host time from the
+step's start (the optimizer's or a manual boundary: the end of the step before, once the doctor's bookkeeping at
+that boundary is done and the script has its step back) to the start of the step's first forward of its model with
+grad enabled, less the copies and host waits counted in it (on CUDA the .to() copies are
+copy_s already) and the model's forwards under torch.no_grad there (a validation pass). It also holds whatever
+else the loop does there (zero_grad, a learning-rate schedule, logging): mostly the reading. Not taken, so left in
+`backward_s`: a batch read after the forward (nanoGPT prefetches the next batch during the backward), the
+micro-batches after the first with gradient accumulation. None when not timed: a DataLoader batch seen (from that
+step on), another clock (the forward clock's boundary is the forward itself), the model not yet known.
+
 Compute time (`compute_s`) is measured only on CUDA: events recorded on the current stream from the step's start
 (or a batch's arrival) to the step's end (or the next wait for a batch), summed; it includes idle gaps between
 kernels when the loop is launch-bound (the profiled window measures the gaps). Events are read back only when
@@ -51,11 +62,13 @@ from gpufeed.doctor.observation import (
     LoaderSettings,
     MemoryReading,
     Observation,
+    PaddingTrial,
     ProfileSummary,
     ProfileWindow,
     Ranks,
+    TransformerSize,
 )
-from gpufeed.doctor.observe import probe
+from gpufeed.doctor.observe import padding, probe
 from gpufeed.doctor.observe.clock import (
     Held,
     StepContents,
@@ -67,6 +80,7 @@ from gpufeed.doctor.observe.clock import (
 )
 from gpufeed.doctor.observe.flops import FlopCount, step_arithmetic
 from gpufeed.doctor.observe.profile import PROFILE_STEPS, StepProfiler, cuda_traced, profile_notes
+from gpufeed.doctor.observe.tokens import count_tokens
 from gpufeed.doctor.observe.worker_memory import WorkerMemory
 from gpufeed.measure.sampler import Sampler
 from gpufeed.measure.steps import HostSample, LoaderSplit, StepRecord, backward_seconds
@@ -77,7 +91,9 @@ CPU_DEVICE = ("host-to-device copies: the device is the CPU",
               "sync stalls: the device is the CPU (.item() does not wait for a device)",
               "device compute time: the device is the CPU; wall time minus data wait is the compute")
 _ZERO_STEP = {"data_wait_s": 0.0, "copy_s": 0.0, "copy_bytes": 0, "copy_pageable_bytes": 0, "sync_count": 0,
-              "sync_s": 0.0, "batch_size": None, "loader_split": None, "forward_s": None, "optimizer_s": None}
+              "sync_s": 0.0, "batch_size": None, "loader_split": None, "forward_s": None, "optimizer_s": None,
+              "tokens": None, "real_tokens": None, "loop_input_s": None}
+LOOP_INPUT_CLOCKS = ("optimizer", "manual")  # clocks whose boundary ends a step, not begins its forward (see above)
 PARTS = ("forward", "optimizer")  # the step's parts timed on the host (parts.py), as `forward_s`, `optimizer_s`
 
 
@@ -106,25 +122,37 @@ class Watcher:
         self.loader_parts: LoaderParts | None = None  # the training loader iterator's (loader_split.py)
         self.loader_origin: LoaderOrigin | None = None  # where the training loader was built (frameworks/setup.py)
         self.image_batches: bool | None = None  # the first training batch was (images, labels) (clock.py)
+        self.pad_token_id: int | None = None  # the model's padding id, from the first training forward (tokens.py)
+        self.model_size: TransformerSize | None = None  # the step's model as the FLOPs rule reads it (flops.py)
         self.loader_site: tuple | None = None  # where its batches are asked for (call_site)
         self.threads: int | None = None  # torch's intra-op threads as the script left them (None: read now)
         self.notes: list[Note] = []  # what the instrumentation could not measure
         self._start_s = self._last_s = time.perf_counter()
+        self._resumed_s = self._last_s  # when the script got its step back from the last boundary (loop_input_s)
         self._sampler: Sampler | None = None
         self._raw: list[tuple[dict, list, Held]] = []  # closed steps past warm-up: fields, CUDA event pairs, Held
         self._timed: set[str] = set()  # the PARTS being timed: a step starts them at 0.0, not None
+        self._before_forward = True  # the step's first forward of its model with grad enabled has not begun
+        self._no_grad_forward_s = 0.0  # the step's model's calls under torch.no_grad before it (validation)
         self._step, self._regions, self._region_start = self._new_step(), [], None
+        self._step_length_positions = 0  # the step's token positions, each times its sequence's length
         self.contents = StepContents()  # the step's training batches and model rows (clock.py)
         self.flop_count = FlopCount()  # the FLOPs of the last warm-up step (flops.py)
         self.capture: probe.Capture | bool | None = None  # the first training forward, for the probe (False: none)
         self.probing = False  # the batch probe is running: the hooks ignore its forwards
         self._probed: tuple[BatchProbe | None, list[Note]] | None = None
+        self.padding = padding.Tally()  # the training batches' padding (padding.py)
+        self.padding_capture: padding.Capture | bool | None = None  # a watched call, for the trial (False: none)
+        self.tokenizer_calls = padding.TokenizerCalls()  # the padding the script asked tokenizers for
+        self.collate_fn = None  # the training loader's, where its padding may be made
+        self._step_cuttable = False  # the step's training batch has columns that are padding in every row
+        self._padded: tuple[PaddingTrial | None, list[Note]] | None = None
         self.worker_memory = WorkerMemory()  # the training loader's workers' private memory
         self.batch_size_source: str | None = None  # how a training batch's samples were counted
 
     # --- lifetime -----------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._start_s = self._last_s = time.perf_counter()
+        self._start_s = self._last_s = self._resumed_s = time.perf_counter()
         if self._sampler is None:
             self._sampler = Sampler(torch.device("cuda"), keep_samples_from_s=self._start_s)  # this rank's GPU
 
@@ -167,6 +195,7 @@ class Watcher:
         if self.done:
             return
         self.seen["batches"] += 1
+        self._step["loop_input_s"] = None  # a DataLoader feeds the steps: the loop does not build its input
         if not self.contents.is_training(loader):  # validation, say: its wait is step time, not a data wait
             self.contents.on_batch(loader, None, training=False)
             return
@@ -174,6 +203,8 @@ class Watcher:
             self.worker_memory.on_training_batch(iterator)
         except Exception as error:  # noqa: BLE001 - a reading must never break the user's loop
             self.worker_memory.problem = f"not followed ({type(error).__name__}: {error})"
+        if self.collate_fn is None:
+            self.collate_fn = getattr(iterator, "_collate_fn", None)
         if loader is not None:
             self.loader_workers, self.loader_pin_memory, self.loader_parts = workers, pin_memory, parts
             self.loader_origin, self.loader_site = origin, loader
@@ -190,8 +221,61 @@ class Watcher:
             self.batch_size_source = counted_by(batch, loader_batch)
         if size is not None:
             self._step["batch_size"] = (self._step["batch_size"] or 0) + size
+        self._count_tokens(batch)
         self.contents.on_batch(loader, size, training=True)
         self._open_region()
+
+    def on_model_call(self, module: Any, args: tuple, kwargs: dict, started_s: float | None = None) -> None:
+        """The step's model was called with grad enabled (parts.py), at time.perf_counter() `started_s` (None:
+        now): a loop that builds its own batches, with no training DataLoader seen, has its tokens counted here
+        (from its keyword arguments when they hold input_ids, else its positional ones), and the step's first such
+        call ends the loop's input work (`loop_input_s`: from the step's start, less the copies, host waits and
+        no-grad forwards of the model counted since); the first watched call whose batch has columns of padding is
+        kept for the padding trial (padding.py)."""
+        if self.done:
+            return
+        if not self.seen["batches"]:
+            self._count_tokens(kwargs if "input_ids" in kwargs else args)
+        if self._before_forward:
+            self._before_forward = False
+            step = self._step
+            if step["loop_input_s"] is not None:
+                started_s = time.perf_counter() if started_s is None else started_s
+                step["loop_input_s"] = max(0.0, started_s - self._resumed_s - step["copy_s"] - step["sync_s"]
+                                           - self._no_grad_forward_s)
+        if self.padding_capture is None and self.source is not None and self.steps_closed >= self.warmup:
+            found = padding.capture(module, args, kwargs, self.pad_token_id, self._step_cuttable)
+            if isinstance(found, str):
+                self.padding_capture = False
+                self._padded = (None, [Note("unmeasured", found)])
+            elif found is not None:
+                self.padding_capture = found
+
+    def on_no_grad_forward_time(self, seconds: float) -> None:
+        """A call of the step's model under torch.no_grad returned after `seconds` (parts.py): before the step's
+        first training forward it is not the loop's input work (a validation pass)."""
+        if not self.done and self._before_forward:
+            self._no_grad_forward_s += seconds
+
+    def _count_tokens(self, batch: Any) -> None:
+        """The step's tokens and real tokens from a training batch (tokens.py), and its padding (padding.py); a
+        batch without token ids adds nothing, and a step in which some batch had ids but no way to tell padding
+        keeps real_tokens None."""
+        found = count_tokens(batch, self.pad_token_id)
+        if found is None:
+            return
+        spanned = padding.span(batch, self.pad_token_id)
+        if spanned is not None:
+            self.padding.add(spanned)
+            self._step_cuttable = spanned.cuttable
+        step = self._step
+        counted_before = step["tokens"] is not None
+        step["tokens"] = (step["tokens"] or 0) + found.positions
+        self._step_length_positions += found.positions * found.sequence_length
+        if found.real is None or (counted_before and step["real_tokens"] is None):
+            step["real_tokens"] = None
+        else:
+            step["real_tokens"] = (step["real_tokens"] or 0) + found.real
 
     def on_loader_wait(self, seconds: float, loader: Any) -> None:
         """Time in a loader that handed out no batch: its __iter__ (workers starting) or the StopIteration at
@@ -245,7 +329,11 @@ class Watcher:
             self._step["optimizer_s"] = (self._step["optimizer_s"] or 0.0) + seconds
 
     def _new_step(self) -> dict:
-        return dict(_ZERO_STEP, **{f"{part}_s": 0.0 for part in self._timed})
+        """A step's fields as it begins: the PARTS timed at 0.0, and the loop's input work when it is timed (the
+        step's model known, a clock in LOOP_INPUT_CLOCKS, no DataLoader batch seen)."""
+        self._before_forward, self._no_grad_forward_s = True, 0.0
+        loop = "forward" in self._timed and self.source in LOOP_INPUT_CLOCKS and not self.seen["batches"]
+        return dict(_ZERO_STEP, **{f"{part}_s": 0.0 for part in self._timed}, loop_input_s=0.0 if loop else None)
 
     def on_float64(self) -> None:
         self.float64_seen = True
@@ -268,7 +356,7 @@ class Watcher:
             self.source, self.steps_closed, self._raw = source, 0, []
         else:
             self.steps_closed += 1
-            self.flop_count.keep(self.steps_closed == self.warmup)  # the step counted was the last warm-up step
+            self.flop_count.keep(self.steps_closed == self.warmup, self._step_tokens())  # the last warm-up step
             if self.steps_closed > self.warmup:
                 fields = dict(self._step, index=len(self._raw), start_s=self._last_s - self._start_s,
                               wall_s=now - self._last_s)
@@ -276,10 +364,18 @@ class Watcher:
                 if self.watched:
                     self._begin_profile()
         self._step, self._regions, self._last_s = self._new_step(), [], now
+        self._step_length_positions = 0
         self._open_region()
         if self.steps_closed == self.warmup - 1:  # the next step is the last warm-up step: count its FLOPs
             self.flop_count.start()
+        self._resumed_s = time.perf_counter()  # the loop's input work starts here, not in the bookkeeping above
         return True
+
+    def _step_tokens(self) -> tuple[int, int] | None:
+        """The current step's (token positions, their sequences' length: the mean over the positions), or None
+        when its batches held no token ids."""
+        positions = self._step["tokens"]
+        return (positions, round(self._step_length_positions / positions)) if positions else None
 
     # --- the profiled window (profile.py) -------------------------------------------------------------------
     def _begin_profile(self) -> None:
@@ -328,7 +424,8 @@ class Watcher:
         """The watched steps (on CUDA this waits for the events it reads)."""
         return [StepRecord(**fields, compute_s=event_pairs_seconds(regions) if regions else None,
                            backward_s=backward_seconds(fields["wall_s"], fields["data_wait_s"], fields["copy_s"],
-                                                       fields["sync_s"], fields["forward_s"], fields["optimizer_s"]))
+                                                       fields["sync_s"], fields["forward_s"], fields["optimizer_s"],
+                                                       fields["loop_input_s"]))
                 for fields, regions, _ in self._raw]
 
     @property
@@ -354,11 +451,13 @@ class Watcher:
         lines += profile_notes(self.profile_steps, self._profiler is not None, self.profile, bool(self._raw), cuda)
         lines += unmeasured(self._sampler.unmeasured if self._sampler is not None else ())
         memory, memory_notes = device_memory(cuda)
-        arithmetic, arithmetic_notes = step_arithmetic(self.flop_count, cuda, self.warmup)
+        arithmetic, arithmetic_notes = step_arithmetic(self.flop_count, cuda, self.warmup, self.model_size)
         if self.float64_seen and arithmetic is None:
             lines += unmeasured(["float64 operations per step: not counted; a float64 model input or parameter "
                                  "was seen"])
-        batch_probe, probe_notes = self.run_probe()
+        batch_probe, probe_notes = self.after_watch()
+        padding_trial, padding_notes = self._padded or (None, [])
+        probe_notes = [*probe_notes, *padding_notes]
         if self.batch_size_source is not None:
             probe_notes = [Note("run", f"batch size: counted from {self.batch_size_source}"), *probe_notes]
         self.worker_memory.stop()
@@ -375,13 +474,15 @@ class Watcher:
                            ProfileWindow.of(self.profile), shape, self.float64_seen, self.autocast_seen, Ranks(),
                            tuple(shape_notes + lines + memory_notes + arithmetic_notes + probe_notes), script_error,
                            arithmetic=arithmetic, setup=setup, probe=batch_probe,
-                           worker_memory=self.worker_memory.reading())
+                           worker_memory=self.worker_memory.reading(), padding=self.padding_reading(padding_trial))
 
-    def run_probe(self) -> tuple[BatchProbe | None, list[Note]]:
-        """The batch probe (probe.py) of the captured forward, once the watch is done: the instrumentation runs
-        it between steps (hooks.py), in the script's own settings, before the script goes on or is stopped. None
-        when no forward at a small batch was captured; a note when the loop ended before the watch was done
-        (the model may be gone, and under several ranks a failed rank's job is being ended)."""
+    def after_watch(self) -> tuple[BatchProbe | None, list[Note]]:
+        """The measurements made once the watch is done: the batch probe (probe.py) of the captured forward and the
+        padding trial (padding.py) of the captured call; the instrumentation runs them between steps (hooks.py), in
+        the script's own settings, before the script goes on or is stopped. The probe's result (the padding
+        trial's is kept for `observe`): None when no forward at a small batch was captured; a note when the loop
+        ended before the watch was done (the model may be gone, and under several ranks a failed rank's job is
+        being ended)."""
         if self._probed is None:
             result: tuple[BatchProbe | None, list[Note]] = (None, [])
             if isinstance(self.capture, probe.Capture):
@@ -395,11 +496,33 @@ class Watcher:
                 else:
                     result = (None, [Note("unmeasured", f"{probe.SUBJECT}: not run, the loop ended before the "
                                                         f"watch was done")])
+            self._measure_padding()
             if self.done or isinstance(self.capture, probe.Capture):
                 self._probed, self.capture = result, False  # the copy of the batch is not kept past the probe
             else:
                 return result
         return self._probed
+
+    def _measure_padding(self) -> None:
+        if self._padded is not None or not isinstance(self.padding_capture, padding.Capture):
+            return
+        if not self.done:
+            self._padded = (None, [Note("unmeasured", f"{padding.SUBJECT}: not run, the loop ended before the "
+                                                      f"watch was done")])
+        else:
+            self.probing = True
+            try:
+                trial, text = padding.measure(self.padding_capture)
+            finally:
+                self.probing = False
+            self._padded = (trial, [Note("run" if trial is not None else "unmeasured", text)])
+        self.padding_capture = False  # the copy of the batch is not kept past the trial
+
+    def padding_reading(self, trial: PaddingTrial | None):
+        """What the training batches' padding was and where it is made (padding.py), with the trial; None when no
+        batch of token ids could tell its padding."""
+        where, site = padding.source(self.padding, self.tokenizer_calls, self.collate_fn, bool(self.seen["batches"]))
+        return self.padding.reading(where, site, trial)
 
     def _site_file(self) -> str | None:
         """The file of the line that asked for the training batches (call_site's), when known."""

@@ -2,9 +2,10 @@
 
 Each kind declares its experiments (findings/kind.py: `Kind.experiments(finding, cuda)`, reading the numbers its
 detection measured), as data (findings/experiments.py: `Replay`, `LoaderChange`, `Autocast`, `DdpChange`,
-`AsyncItem`), with the reason none or no more are tried; a kind that declares none has none (`NO_EXPERIMENT`): no
-change made from outside the script tests its fix. `experiments_for` builds each declaration into the change it
-installs (changes.py, async_item.py) by the declaration's type (`BUILDERS`), never by the kind's name.
+`AsyncItem`, `CutPadding`), with the reason none or no more are tried; a kind that declares none has none
+(`NO_EXPERIMENT`): no change made from outside the script tests its fix. `experiments_for` builds each declaration
+into the change it installs (changes.py, async_item.py, cut_padding.py) by the declaration's type (`BUILDERS`),
+never by the kind's name.
 
 `plan_experiments` takes them for the report's findings of severity high or medium, in the report's order,
 MAX_EXPERIMENTS at most; the rest, and the kinds or devices where no change can act, are notes.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from gpufeed.doctor.findings.experiments import AsyncItem, Autocast, DdpChange, LoaderChange, Replay
+from gpufeed.doctor.findings.experiments import AsyncItem, Autocast, CutPadding, DdpChange, LoaderChange, Replay
 from gpufeed.doctor.findings.registry import KINDS
 from gpufeed.doctor.findings.report import Finding, Report
 from gpufeed.doctor.notes import Note
@@ -29,6 +30,7 @@ from gpufeed.doctor.trials.changes import (
     replay,
     replayed,
 )
+from gpufeed.doctor.trials.cut_padding import CUT_PADDING
 
 # gpufeed's choice: three experiments, each 2 x runs.REPEATS runs, keep --try to minutes for a typical script.
 MAX_EXPERIMENTS = 3
@@ -63,9 +65,14 @@ def _async_item(kind: str, declared: AsyncItem) -> Experiment:
     return dataclasses.replace(ASYNC_ITEM, kind=kind, name=declared.name)
 
 
+def _cut_padding(kind: str, declared: CutPadding) -> Experiment:
+    return dataclasses.replace(CUT_PADDING, kind=kind, name=declared.name)
+
+
 # each declaration's type -> the experiment that makes its change (given the finding's kind, which it tests)
 BUILDERS: dict[type, Callable[[str, object], Experiment]] = {
-    Replay: _replay, LoaderChange: _loader, Autocast: _autocast, DdpChange: _ddp, AsyncItem: _async_item}
+    Replay: _replay, LoaderChange: _loader, Autocast: _autocast, DdpChange: _ddp, AsyncItem: _async_item,
+    CutPadding: _cut_padding}
 
 
 def experiments_for(finding: Finding, cuda: bool) -> Choice:

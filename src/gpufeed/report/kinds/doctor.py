@@ -32,7 +32,7 @@ WORKER_MEMORY = Record({**FINDING_FIELDS, "evidence": Record({
     "runs_out_at_batch?": Maybe(Number)})})
 FINDING = Switch("kind", {"worker_memory": WORKER_MEMORY}, Record(FINDING_FIELDS))
 STEP = Record({"index": Number, "wall_s": Number, "data_wait_s": Number, "copy_s": Number,
-               "compute_s": EmptyOr(Number), "sync_s": Number})
+               "compute_s": EmptyOr(Number), "sync_s": Number, "loop_input_s?": Maybe(Number)})
 PROFILED = Record({"index": Anything, "wall_s": EmptyOr(Number), "operators": Anything,
                    "outside_operators_s?": Maybe(Number), "loader_s?": Maybe(Number),
                    "kernel_busy_s?": Maybe(Number)})
@@ -58,7 +58,11 @@ VERDICT = All(Record({"primary": Key, "device": Anything, "data_wait?": Maybe(Nu
               When("primary", Record({"device_busy": Maybe(Number), "steps": Number}), not_null=True))
 BODY = All(
     Record({"verdict": VERDICT, "findings": EmptyOr(ListOf(FINDING)), "loader_samples_per_s?": Maybe(Number),
-            "model_samples_per_s?": Maybe(Number), "timeline?": EmptyOr(TIMELINE), "ranks?": EmptyOr(ListOf(RANK)),
+            "model_samples_per_s?": Maybe(Number), "model_tokens_per_s?": Maybe(Number),
+            "real_tokens_per_s?": Maybe(Number), "mfu?": Maybe(Number), "mfu_peak_flops_per_s?": Maybe(Number),
+            "mfu_precision?": Maybe(Text), "flops_per_token?": Maybe(Number), "rule_flops_per_token?": Maybe(Number),
+            "flops_rule?": Maybe(Text), "mfu_missing?": Maybe(Text), "timeline?": EmptyOr(TIMELINE),
+            "ranks?": EmptyOr(ListOf(RANK)),
             "notes?": EmptyOr(ListOf(Anything)), "unmeasured?": EmptyOr(ListOf(Anything))}),
     # under a verdict, the findings are searched for it, and the rates' sentence says what share of the step the
     # loader took

@@ -14,7 +14,10 @@ FLOPs FlopCounterMode counted in the last warm-up step, by operator and precisio
   convolutions take);
 - matrix products or convolutions in fp32 (or tf32) on a device that computes bf16 natively (a GPU from Ampere
   on, as torch says; a CPU with AMX-BF16 or AVX512-BF16 in its flags, as train's auto precision reads them):
-  bf16 autocast; on a device known to lack it, a sentence that bf16 would not help, and no code; unknown, none;
+  bf16 mixed precision in the framework's words (frameworks/words.py's `mixed_precision`: bf16=True in the
+  Trainer's TrainingArguments, at its line when known; Lightning's precision="bf16-mixed"; the Accelerator's
+  mixed_precision="bf16"; else torch.autocast); on a device known to lack it, a sentence that bf16 would not
+  help, and no code; unknown, none;
 - products in fp64: float32 (the precision finding's change);
 - products mostly in bf16 or fp16 already, or no FLOPs the counter sees (elementwise work): torch.compile, which
   fuses the operations between or instead of them.
@@ -29,6 +32,8 @@ from typing import TYPE_CHECKING
 from gpufeed.doctor.findings.grading import INPUT_SHARE_MEDIUM, confidence, new_finding
 from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
+from gpufeed.doctor.frameworks import words
+from gpufeed.doctor.frameworks.setup import PLAIN, Setup
 from gpufeed.doctor.notes import Notes
 from gpufeed.measure.thresholds import DEVICE_BUSY_ENOUGH
 
@@ -49,7 +54,7 @@ class ComputeBound(Kind):
         """The healthy finding over the others (the module docstring): `judged.findings`, their shares already
         disjoint, and `judged.left`, what their claims left of each part of the step (shares.py)."""
         totals = seen.totals
-        wait_share = totals.share(totals.data_wait_s)
+        wait_share = totals.share(totals.input_s)
         busy = seen.busy()
         share = max(0.0, judged.left["busy"])
         enough = busy >= DEVICE_BUSY_ENOUGH if seen.on_gpu and busy is not None else None
@@ -59,15 +64,15 @@ class ComputeBound(Kind):
             evidence.update(seen.gpu_activity())
         arithmetic = seen.arithmetic
         if arithmetic is not None:
-            model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
+            model_step_s = (totals.wall_s - totals.input_s) / totals.steps
             peak = arithmetic.peak_flops_per_s
             evidence.update({"flops_per_step": arithmetic.flops_per_step, "precision": arithmetic.precision,
                              "achieved_flops_per_s": arithmetic.flops_per_step / model_step_s if model_step_s > 0
                              else None, "fraction_of_peak": arithmetic.flops_per_step / model_step_s / peak
                              if peak and model_step_s > 0 else None})
-        supporting = seen.count(lambda r: r.data_wait_s < INPUT_SHARE_MEDIUM * r.wall_s)
+        supporting = seen.count(lambda r: r.input_s < INPUT_SHARE_MEDIUM * r.wall_s)
         idle = busy if enough is False else None
-        return new_finding(self.NAME, "info", share, evidence, fix(seen.device_type, arithmetic, idle),
+        return new_finding(self.NAME, "info", share, evidence, fix(seen.device_type, arithmetic, idle, seen.setup),
                            confidence(supporting))
 
     def verdict_words(self, share: float | None, finding: dict) -> str | None:
@@ -76,8 +81,9 @@ class ComputeBound(Kind):
                 if share is not None else "no waste reaches its level")
 
 
-def levers(arithmetic: StepArithmetic, device_type: str) -> list[tuple[str, str]]:
-    """(a sentence, code) for each change whose premise the step's arithmetic shows (the module docstring)."""
+def levers(arithmetic: StepArithmetic, device_type: str, setup: Setup = PLAIN) -> list[tuple[str, str]]:
+    """(a sentence, code) for each change whose premise the step's arithmetic shows (the module docstring), in the
+    words of the framework that trains (`setup`)."""
     found = []
     if arithmetic.nchw_convolution_flops:
         share = arithmetic.nchw_convolution_share
@@ -87,10 +93,9 @@ def levers(arithmetic: StepArithmetic, device_type: str) -> list[tuple[str, str]
                       "images = images.to(memory_format=torch.channels_last)"))
     products, single = arithmetic.flops_per_step, arithmetic.flops_in("fp32", "tf32")
     if single and arithmetic.bf16_native:
+        switch, code = words.mixed_precision(setup, device_type)
         found.append((f"Matrix products and convolutions in fp32 do {single / arithmetic.flops_per_step:.0%} of the "
-                      f"FLOPs, on a device that computes bf16 natively: bf16 autocast.",
-                      f"with torch.autocast(\"{device_type}\", dtype=torch.bfloat16):\n"
-                      f"    loss = criterion(model(inputs), targets)"))
+                      f"FLOPs, on a device that computes bf16 natively: bf16 mixed precision ({switch}).", code))
     elif single and arithmetic.bf16_native is False:
         found.append(("The matrix products are in fp32, and this device computes no bf16 natively (a CPU without "
                       "AMX or AVX512-BF16, a GPU before Ampere): bf16 autocast would not speed them up.", ""))
@@ -108,9 +113,10 @@ def levers(arithmetic: StepArithmetic, device_type: str) -> list[tuple[str, str]
 
 
 def fix(device_type: str, arithmetic: StepArithmetic | None = None,
-        busy: float | None = None) -> tuple[str, str]:
+        busy: float | None = None, setup: Setup = PLAIN) -> tuple[str, str]:
     """The advice (module docstring): the changes the counted arithmetic backs, then a faster device. `busy`: a
-    GPU's busy share when it is under DEVICE_BUSY_ENOUGH (then the fix says so first)."""
+    GPU's busy share when it is under DEVICE_BUSY_ENOUGH (then the fix says so first); `setup`: the framework
+    whose words the changes are in."""
     faster = "a faster GPU" if device_type == "cuda" else "a GPU"
     opening = "No waste reaches the level at which a fix is recommended: the step is the model's own work"
     if busy is not None:
@@ -119,7 +125,7 @@ def fix(device_type: str, arithmetic: StepArithmetic | None = None,
     if arithmetic is None:
         return (f"{opening}. The next gain is in the model or the kernels, or {faster}. What the step computes was "
                 f"not counted (see the notes), so no change to it is named.", "")
-    found = levers(arithmetic, device_type)
+    found = levers(arithmetic, device_type, setup)
     words = " ".join(text for text, _ in found)
     fix = f"{opening}. {words} Beyond that, {faster}." if found else \
         f"{opening}: the next gain is in the model or the kernels, or {faster}."

@@ -4,11 +4,12 @@ It reads the profiled window (`Observation.profile`, made by observe/profile.py 
 first way, the step's arithmetic (`Observation.arithmetic`: FLOPs counted by FlopCounterMode in the last warm-up
 step, observe/flops.py):
 - On any device, an overhead-bound step: it does almost no arithmetic for its time, and its time per operator is
-  dispatch-sized. The step's FLOPs over the watched step time less the data wait (achieved FLOP/s) are under
-  ARITHMETIC_FRACTION_OF_PEAK of the device's dense peak in the precision of most FLOPs (hardware/peak.py), and
+  dispatch-sized. The step's FLOPs over the watched step time less its input (the data wait, or the loop's own
+  input work: StepRecord.input_s), the achieved FLOP/s, are under ARITHMETIC_FRACTION_OF_PEAK of the device's
+  dense peak in the precision of most FLOPs (hardware/peak.py), and
   that time over the profiled operators per step is at most OVERHEAD_US_PER_OPERATOR; on CUDA the device is also
   busy less than DEVICE_BUSY_ENOUGH (a busy device is not waiting on the host). The share is the step time less
-  data waits, copies, syncs and the FLOPs' time at the peak rate: an upper bound of the overhead, since small
+  input, copies, syncs and the FLOPs' time at the peak rate: an upper bound of the overhead, since small
   operators never reach the peak. A 5-parameter Linear at batch 32 (tests/doctor/scripts/tiny_linear.py) is
   this case: 640 FLOPs in a quarter of a millisecond. Without the count or the peak it is not checked (notes).
 - On CUDA: the device is busy (the union of the profiled kernels per step, over the watched step time:
@@ -109,7 +110,7 @@ def _on_cpu(seen: Observation, profile: ProfileWindow) -> Finding | None:
     if operators < MANY_OPERATORS or python < PYTHON_SHARE_MEDIUM:
         return None
     totals = seen.totals
-    model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
+    model_step_s = (totals.wall_s - totals.input_s) / totals.steps
     evidence = {"operators_per_step": operators, "outside_operators_share": python,
                 "host_us_per_operator": 1e6 * model_step_s / operators, "mean_step_ms": 1000.0 * model_step_s,
                 "profiled_step_ms": profile.step_ms, "profiled_steps": len(profile.steps)}
@@ -137,7 +138,7 @@ def _overhead_bound(seen: Observation, arithmetic: StepArithmetic, operators: fl
     """The step's FLOPs run at under ARITHMETIC_FRACTION_OF_PEAK of the peak, at most OVERHEAD_US_PER_OPERATOR
     per operator (the module docstring)."""
     totals, peak, flops = seen.totals, arithmetic.peak_flops_per_s, arithmetic.flops_per_step
-    model_step_s = (totals.wall_s - totals.data_wait_s) / totals.steps
+    model_step_s = (totals.wall_s - totals.input_s) / totals.steps
     if peak is None or not operators or model_step_s <= 0:
         return None
 
@@ -150,7 +151,7 @@ def _overhead_bound(seen: Observation, arithmetic: StepArithmetic, operators: fl
     if seen.on_gpu and (busy is None or busy >= DEVICE_BUSY_ENOUGH):  # a busy device is not waiting on the host
         return None
     arithmetic_s = flops / peak  # per step, at the peak rate: the least time these FLOPs take
-    share = max(0.0, 1.0 - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s)
+    share = max(0.0, 1.0 - totals.share(totals.input_s + totals.copy_s + totals.sync_s)
                 - arithmetic_s * totals.steps / totals.wall_s)
     evidence = {"flops_per_step": flops, "operators_per_step": operators,
                 "us_per_operator": 1e6 * model_step_s / operators, "achieved_flops_per_s": flops / model_step_s,
@@ -159,7 +160,7 @@ def _overhead_bound(seen: Observation, arithmetic: StepArithmetic, operators: fl
                 "mean_step_ms": 1000.0 * model_step_s}
     if seen.on_gpu:
         evidence["device_busy"] = busy
-    supporting = seen.count(lambda r: r.wall_s > r.data_wait_s and overhead_bound(r.wall_s - r.data_wait_s))
+    supporting = seen.count(lambda r: r.wall_s > r.input_s and overhead_bound(r.wall_s - r.input_s))
     batch, _ = seen.model_batch()
     remedy = overhead_fix(seen.device_type, batch, operators, evidence, seen.shape.batches_per_step is not None)
     return new_finding(LaunchOverhead.NAME, severity(share, LAUNCH_SHARE_MEDIUM, LAUNCH_SHARE_HIGH), share, evidence,

@@ -2,8 +2,8 @@
 
 Found (high) when a float64 model input or parameter was seen or float64 FLOPs were counted (the warm-up step's
 arithmetic, observe/flops.py: `fp64_flops_per_step` and their fraction of the step's FLOPs in the evidence; None
-when nothing was counted): the share is the step time the dtype governs (wall less data wait, copies and syncs),
-a bound on what float32 can save; and
+when nothing was counted): the share is the step time the dtype governs (wall less input, copies and syncs;
+input: the data wait or the loop's own input work, StepRecord.input_s), a bound on what float32 can save; and
 (medium) on a GPU when no outermost forward ran under torch.autocast: the share is the device's busy share.
 The bf16 fix is the framework's switch (frameworks/words.py: TrainingArguments(bf16=True), Lightning's
 precision="bf16-mixed", Accelerator(mixed_precision="bf16")).
@@ -50,7 +50,7 @@ class Precision(Kind):
         arithmetic = seen.arithmetic
         fp64 = arithmetic.flops_in("fp64") if arithmetic is not None else None
         if fp64 or seen.float64_seen:
-            compute_s = sum(max(0.0, r.wall_s - r.data_wait_s - r.copy_s - r.sync_s) for r in seen.steps)
+            compute_s = sum(max(0.0, r.wall_s - r.input_s - r.copy_s - r.sync_s) for r in seen.steps)
             share = totals.share(compute_s)  # the step time the dtype governs: a bound on what float32 can save
             evidence = {"fp64_flops_per_step": fp64, "fp64_flop_fraction": fp64 / arithmetic.flops_per_step
                         if fp64 is not None and arithmetic.flops_per_step else None,
@@ -65,7 +65,7 @@ class Precision(Kind):
         if seen.autocast_seen:
             return None
         busy = seen.device_busy()
-        share = busy if busy is not None else 1.0 - totals.share(totals.data_wait_s + totals.copy_s + totals.sync_s)
+        share = busy if busy is not None else 1.0 - totals.share(totals.input_s + totals.copy_s + totals.sync_s)
         evidence = {"autocast_seen": False, "device_busy": busy, "governed_share": share,
                     "framework": seen.setup.framework}
         words.explain(seen.setup, notes, site=False)

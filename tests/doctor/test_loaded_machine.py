@@ -1,0 +1,83 @@
+"""The doctor's verdicts on a machine another process keeps busy (issue 32): a process spinning on a core for the
+whole module, beside the test worker's own doctor runs (and, under the README's `-n auto`, the other workers' tests).
+The verdicts are those of a quiet machine: the packed GPT-2 loop of the issue (batch 16 x 128, which a probe five
+times slower than its steps once called small_batch) stays compute_bound, padding to max_length is padding_waste,
+gpufeed's CNN on in-memory images is compute_bound, and batches of 2 through a tiny MLP are small_batch (not
+input_bound: the loop's slicing is not its input). Each report's probe agrees with its steps or was set aside
+with a note (grading.timed_elsewhere)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufeed import doctor
+from gpufeed.doctor.findings.grading import DRIFT
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+pytest.importorskip("transformers")
+pytestmark = [pytest.mark.slow, pytest.mark.timing]
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    """Another process spinning on a core while the module's doctor runs run."""
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield spinner
+    finally:
+        spinner.kill()
+        spinner.wait(timeout=10)
+
+
+def _doctor(script: str, *args: str):
+    return doctor.run(str(SCRIPTS / script), *args, steps=10, warmup=2, profile_steps=0)
+
+
+def _kinds(report) -> dict:
+    return {finding.kind: finding for finding in report.findings}
+
+
+def _probe_holds(report) -> None:
+    """The probe's 1x run is within DRIFT of the slowest watched forward and backward, or a note set it aside."""
+    notes = report.unmeasured
+    probe = next((note for note in notes if note.startswith("batch probe: after the watch")), None)
+    if probe is None or any(note.startswith("batch probe not used") for note in notes):
+        return
+    one_ms = float(probe.split("1x ")[1].split(" ms")[0])
+    assert one_ms <= DRIFT * 1000 * max(s["forward_s"] + s["backward_s"] for s in report.timeline["steps"])
+
+
+def test_packed_token_blocks_stay_compute_bound(loaded) -> None:
+    assert loaded.poll() is None  # still spinning
+    report = _doctor("lm_padding.py", "--model", "gpt2", "--pad", "packed", "--width", "128", "--batch", "16",
+                     "--steps", "40")
+    assert report.verdict.primary == "compute_bound", [(f.kind, f.share) for f in report.findings]
+    found = _kinds(report).get("small_batch")
+    assert found is None or found.share < 0.10, found  # under the level at which a larger batch is advised
+    _probe_holds(report)
+
+
+def test_padding_to_max_length_stays_padding_waste(loaded) -> None:
+    report = _doctor("lm_padding.py", "--model", "gpt2", "--pad", "max_length", "--width", "128", "--steps", "40")
+    assert report.verdict.primary == "padding_waste", [(f.kind, f.share) for f in report.findings]
+    _probe_holds(report)
+
+
+def test_a_cnn_on_images_in_memory_stays_compute_bound(loaded) -> None:
+    report = _doctor("image_cnn.py", "--steps", "40")
+    assert report.verdict.primary == "compute_bound", [(f.kind, f.share) for f in report.findings]
+    assert "small_batch" not in _kinds(report) or _kinds(report)["small_batch"].share < 0.10
+    _probe_holds(report)
+
+
+def test_batches_of_two_stay_small_batch(loaded) -> None:
+    report = _doctor("small_batch.py")
+    assert report.verdict.primary == "small_batch", [(f.kind, f.share) for f in report.findings]
+    assert "input_bound" not in _kinds(report)
+    _probe_holds(report)
+    assert loaded.poll() is None  # the machine was loaded throughout
