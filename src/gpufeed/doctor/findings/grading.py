@@ -28,7 +28,7 @@ INPUT_SHARE_HIGH = 0.20
 # timed_elsewhere: how much slower than the slowest watched step a run timed after the watch may be and still time the
 # step's work. gpufeed's choice: on a shared 2-core VM the same forward and backward, timed as the fastest of 7
 # rounds a few seconds after 10 watched steps, came 5-10% slower than the slowest of them in about 1 run in 6
-# (tests/doctor/test_language_models.py's T5, one thread); the probe the issue (#32) caught was 5x slower.
+# (tests/doctor/test_language_model_loops.py's T5, one thread); the probe the issue (#32) caught was 5x slower.
 DRIFT = 1.25
 # a kind's level (kind.py: RECOMMEND_AT) where no tool gives one for its cause, and that level's source
 OWN_LEVEL = INPUT_SHARE_MEDIUM

@@ -9,7 +9,9 @@ The loop's own input (most of the input is `loop_input_s`: a slice of a np.memma
 step and the next forward, in series with the model. The fix has its own words (`loop_fix`): move the reading into
 a Dataset served by a DataLoader with workers, or read whole blocks of a packed token file; nothing about a
 loader's settings, and no --try experiment (each one changes a DataLoader: the reason says so). Not judged (a note
-says why) when it is under MIN_BLAMED_MS a step: that is torch's own optimizer-step return and module-call entry.
+says why) when the median step's is under MIN_BLAMED_MS: that is torch's own optimizer-step return and module-call
+entry. The median, not the mean: reading is a cost every step pays, and on a busy host one step descheduled in
+that gap (10 ms against steps of 0.3 ms) would make the mean of ten steps most of the step.
 
 With a DataLoader: The fix suggests min(cores, MAX_SUGGESTED_WORKERS)
 workers; when the loader has that many already, a cheaper sample (gpufeed pack and Feed: when the loader wraps a
@@ -35,6 +37,7 @@ or does not pin.
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -124,12 +127,12 @@ class InputBound(Kind):
         suggested = min(cores, MAX_SUGGESTED_WORKERS) if cores else None
         supporting = seen.count(lambda r: r.input_s >= INPUT_SHARE_MEDIUM * r.wall_s)
         if totals.loop_input_s > totals.data_wait_s:
-            loop_ms = 1000.0 * totals.loop_input_s / totals.steps
-            if loop_ms < MIN_BLAMED_MS:
-                notes.run(f"loop input: {loop_ms * 1000:.0f} µs a step between the optimizer step and the next "
-                          f"forward ({share:.0%} of the step), under {MIN_BLAMED_MS} ms: torch's own return from "
-                          f"optimizer.step() and entry into the model's call take tens of µs, so this is not the "
-                          f"loop reading its batches, and input_bound is not judged from it")
+            typical_ms = 1000.0 * statistics.median(r.loop_input_s or 0.0 for r in seen.steps)
+            if typical_ms < MIN_BLAMED_MS:
+                notes.run(f"loop input: {typical_ms * 1000:.0f} µs in the median step between the optimizer step "
+                          f"and the next forward ({share:.0%} of the step in all), under {MIN_BLAMED_MS} ms: "
+                          f"torch's own return from optimizer.step() and entry into the model's call take tens of "
+                          f"µs, so this is not the loop reading its batches, and input_bound is not judged from it")
                 return None
             evidence = {"data_wait_share": share, "mean_wait_ms": 1000.0 * totals.input_s / totals.steps,
                         "loader_workers": None, "cpu_count": cores, "suggested_workers": suggested,
