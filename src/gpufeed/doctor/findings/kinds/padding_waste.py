@@ -4,9 +4,13 @@ longest row.
 Its share is measured, not assumed from the count of padded positions (attention's cost grows faster than the
 positions, an MLP's in proportion, the optimizer's not at all): after the watch, observe/padding.py times a forward
 and backward of the step's model on a watched batch as it came and on the same rows cut to the span of columns that
-hold a real token in some row (`Observation.padding.trial`: the fastest of interleaved rounds each); the difference
-per batch, times the batches of a step, over the watched step time, is the share a batch padded to its longest row
-recovers. Not judged (a note says why) when the trial's batch as it came ran more than grading.DRIFT times the slowest
+hold a real token in some row (`Observation.padding.trial`: the fastest of interleaved rounds each). The fraction
+of the trial's forward and backward that cutting saved, applied to the watched steps' forward and backward
+(`model_work_s`), over the watched step time, is the share a batch padded to its longest row recovers: the
+fraction, not the trial's milliseconds, because its two widths ran interleaved and their ratio holds when the
+machine was faster or busier after the watch than during it (a trial 10% faster than the watched steps, the
+milliseconds saved over the step would under-state the share, and `--try`'s measured gain would exceed it). Not
+judged (a note says why) when the trial's batch as it came ran more than grading.DRIFT times the slowest
 watched step's forward and backward (grading.timed_elsewhere: it did not time the step's work).
 
 The level (RECOMMEND_AT): the fix changes nothing the training computes (padding is masked out of attention and of
@@ -69,7 +73,7 @@ class PaddingWaste(Kind):
             return None
         totals = seen.totals
         saved_s = max(0.0, trial.seconds - trial.trimmed_seconds)
-        share = totals.share(saved_s * batches * totals.steps)
+        share = totals.share(saved_s / trial.seconds * model_work_s(seen))
         evidence = {"padding_share": reading.padding_share, "trimmable_share": reading.trimmable_share,
                     "widths": list(reading.widths), "shortest": reading.shortest,
                     "median_length": reading.median_length, "longest": reading.longest,
@@ -93,6 +97,16 @@ class PaddingWaste(Kind):
     def experiments(self, finding: Finding, cuda: bool) -> Declared:
         """Every training batch cut to its longest row (trials/changes.py), the fix's effect without editing."""
         return [CutPadding()], None
+
+
+def model_work_s(seen: Observation) -> float:
+    """The watched steps' forward and backward, summed (the work the trial times a batch of); the steps' whole
+    time less their input and the optimizer step where the steps do not carry both."""
+    timed = [r.forward_s + r.backward_s for r in seen.steps if r.forward_s is not None and r.backward_s is not None]
+    if len(timed) == len(seen.steps):
+        return sum(timed)
+    totals = seen.totals
+    return totals.wall_s - totals.input_s - sum(r.optimizer_s or 0.0 for r in seen.steps)
 
 
 def fix(evidence: dict, seen: Observation) -> tuple[str, str]:
