@@ -86,6 +86,13 @@ def test_the_token_rates_in_words() -> None:
         "positions padding)")
     assert tokens_sentence({"model_tokens_per_s": 900.0, "real_tokens_per_s": None}).endswith(
         "(padding not told apart: no attention_mask and no pad_token_id)")
+    # steps of 100 ms carrying 1,000 positions each, 20 ms of it waiting for input: 10,000/s over the whole step
+    # against 12,500/s fed instantly; at a wait under 1% of the step the whole step's rate is not repeated
+    waited = {"model_tokens_per_s": 12500.0, "real_tokens_per_s": 12500.0,
+              "timeline": {"steps": [{"tokens": 1000, "wall_s": 0.1}] * 4}}
+    assert tokens_sentence(waited).endswith("(0% of the positions padding); 10,000 token positions/s over the whole "
+                                            "step, its input included")
+    assert "whole step" not in tokens_sentence(dict(waited, model_tokens_per_s=10050.0))
 
 
 def test_compare_judges_the_token_rates_of_two_doctor_results() -> None:

@@ -118,14 +118,22 @@ def _fix_without_gain(gain: dict | None, next_remedy: str | None) -> str:
 
 def tokens_sentence(document: dict) -> str | None:
     """The token rates in words, for batches of token ids: "the model computes 12,300 token positions/s fed
-    instantly, of which 8,200/s real tokens (33% of the positions padding)"; None when no tokens were counted."""
+    instantly, of which 8,200/s real tokens (33% of the positions padding)", and the rate over the whole step (the
+    one gpufeed compare shows) where the input took more than MIN_CHANGE of it; None when no tokens were counted."""
     model, real = document.get("model_tokens_per_s"), document.get("real_tokens_per_s")
     if not model:
         return None
     line = f"the model computes {model:,.0f} token positions/s fed instantly"
     if real is None:
-        return line + " (padding not told apart: no attention_mask and no pad_token_id)"
-    return line + f", of which {real:,.0f}/s real tokens ({1.0 - real / model:.0%} of the positions padding)"
+        line += " (padding not told apart: no attention_mask and no pad_token_id)"
+    else:
+        line += f", of which {real:,.0f}/s real tokens ({1.0 - real / model:.0%} of the positions padding)"
+    steps = (document.get("timeline") or {}).get("steps") or []
+    if steps and all(step.get("tokens") is not None for step in steps):
+        whole = sum(step["tokens"] for step in steps) / sum(step["wall_s"] for step in steps)
+        if whole < (1.0 - MIN_CHANGE) * model:  # the input took part of the step (gpufeed compare's rate)
+            line += f"; {whole:,.0f} token positions/s over the whole step, its input included"
+    return line
 
 
 def mfu_sentence(document: dict) -> str | None:
