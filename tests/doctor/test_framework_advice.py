@@ -100,3 +100,20 @@ def test_compute_bound_bf16_elsewhere_is_the_frameworks_own_switch(setup: Setup,
     found = compute_bound(setup)
     assert switch in found.snippet and "bf16=True" not in found.fix + found.snippet
     assert "TrainingArguments" not in found.fix + found.snippet
+
+
+def test_padding_s_fix_keeps_the_user_s_path_and_names_the_arguments_class_the_script_made() -> None:
+    from gpufeed.doctor.frameworks import words
+
+    fix, _ = words.shorter_padding(PLAIN_LOOP, 'the tokenizer\'s padding="max_length"', "/Users/Ann/Train.py:7", False)
+    assert fix.startswith('Drop padding="max_length" from the tokenizer call at /Users/Ann/Train.py:7: ')
+    seq2seq = dataclasses.replace(TRAINER, site_is="Seq2SeqTrainingArguments(...)")
+    assert words.arguments_class(seq2seq) == "Seq2SeqTrainingArguments"
+    assert words.larger_batch(seq2seq, 8, 2)[0].startswith(
+        "set per_device_train_batch_size=16 in Seq2SeqTrainingArguments(...) at train.py:30")
+    assert words.arguments_class(dataclasses.replace(TRAINER, site_is="Trainer.train()")) == "TrainingArguments"
+    sft = dataclasses.replace(TRAINER, site_is="SFTConfig(...)", trainer="trl.SFTTrainer")
+    fix, snippet = words.shorter_padding(sft, "the collator DataCollatorForLanguageModeling(pad_to_multiple_of=512)",
+                                         None, False)
+    assert "pad_to_multiple_of in SFTConfig(...) at train.py:30" in fix and "padding_free=True" in fix
+    assert snippet.startswith("args = SFTConfig(") and "group_by_length" not in fix

@@ -136,3 +136,29 @@ def test_a_loop_without_a_dataloader_is_padding_waste_of_its_own_batches(llama_o
     assert evidence["source"] == 'the tokenizer\'s padding="max_length"'
     assert evidence["padding_site"].endswith(f"lm_padding.py:{MAX_LENGTH_LINE}")
     _probe_agrees_or_is_set_aside(llama_own_loop)
+
+
+# the line that makes TRL's SFTConfig in the script, found in its text (the site its settings are named at)
+SFT_CONFIG_LINE = next(number for number, line in enumerate(SCRIPT.read_text().splitlines(), 1)
+                       if "arguments = SFTConfig(" in line)
+
+
+@pytest.fixture(scope="module")
+def sft_padded():
+    pytest.importorskip("trl")
+    pytest.importorskip("datasets")
+    return _doctor("--model", "gpt2", "--pad", "max_length", "--loop", "sft")
+
+
+def test_trl_s_sft_trainer_padding_to_a_multiple_gets_sft_config_s_words(sft_padded) -> None:
+    # SFTConfig(pad_to_multiple_of=128): every batch of rows of 9-41 tokens padded to 128 by TRL's own collator
+    _padding_waste_holds(sft_padded)
+    found = _finding(sft_padded, "padding_waste")
+    assert found.evidence["framework"] == "transformers"
+    assert found.evidence["source"] == "the collator DataCollatorForLanguageModeling(pad_to_multiple_of=128)"
+    assert found.evidence["padding_site"] is None  # TRL's collator is not the user's code: the fix names SFTConfig's
+    assert "pad_to_multiple_of in SFTConfig(...) at " in found.fix and f"lm_padding.py:{SFT_CONFIG_LINE}" in found.fix
+    assert "padding_free=True" in found.fix and "packing=True" in found.fix and "group_by_length" not in found.fix
+    assert found.snippet.startswith("args = SFTConfig(") and "SFTTrainer(" in found.snippet
+    assert "(pad_to_multiple_of=8, or None)" in found.fix  # capitalised without lowering the rest
+    _probe_agrees_or_is_set_aside(sft_padded)

@@ -5,8 +5,10 @@ from a config (nothing downloaded), a word-level tokenizer built here.
     --pad max_length | longest | packed
                                   the tokenizer's padding="max_length" to --width; padding="longest" per batch in
                                   the collate; or packed blocks of --width tokens (no padding)
-    --loop plain | trainer | own  a DataLoader loop, transformers' Trainer, or a loop that tokenizes each batch
-                                  itself (no DataLoader)
+    --loop plain | trainer | own | sft
+                                  a DataLoader loop, transformers' Trainer, a loop that tokenizes each batch
+                                  itself (no DataLoader), or TRL's SFTTrainer on the texts (--pad max_length: its
+                                  pad_to_multiple_of=--width; needs trl and datasets, not gpufeed's dependencies)
 Texts hold 8 to 40 words (real tokens: those plus the end token), so at --width 256 most positions are padding.
 """
 
@@ -22,7 +24,7 @@ from transformers import PreTrainedTokenizerFast
 parser = argparse.ArgumentParser()
 parser.add_argument("--model", default="gpt2", choices=("gpt2", "llama", "t5"))
 parser.add_argument("--pad", default="max_length", choices=("max_length", "longest", "packed"))
-parser.add_argument("--loop", default="plain", choices=("plain", "trainer", "own"))
+parser.add_argument("--loop", default="plain", choices=("plain", "trainer", "own", "sft"))
 parser.add_argument("--width", type=int, default=256)
 parser.add_argument("--batch", type=int, default=8)
 parser.add_argument("--steps", type=int, default=400)
@@ -127,6 +129,21 @@ if options.loop == "trainer":
                                       save_strategy="no", dataloader_num_workers=0, disable_tqdm=True,
                                       remove_unused_columns=False)
         Trainer(model=model, args=arguments, train_dataset=Rows(), data_collator=collate).train()
+elif options.loop == "sft":
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+
+    # SFTTrainer tokenizes the text itself and its collator pads each batch; --pad max_length pads every batch to
+    # --width by its pad_to_multiple_of (SFTTrainer ignores a pre-tokenized dataset's attention_mask, so padding
+    # made in the dataset would be trained on as tokens)
+    multiple = options.width if options.pad == "max_length" else None
+    rows = datasets.Dataset.from_dict({"text": texts})
+    with tempfile.TemporaryDirectory() as folder:
+        arguments = SFTConfig(output_dir=folder, per_device_train_batch_size=options.batch, max_steps=options.steps,
+                              report_to=[], use_cpu=True, logging_steps=10_000, save_strategy="no",
+                              dataloader_num_workers=0, disable_tqdm=True, max_length=options.width,
+                              pad_to_multiple_of=multiple)
+        SFTTrainer(model=model, args=arguments, train_dataset=rows, processing_class=tokenizer).train()
 elif options.loop == "own":
     for step in range(options.steps):
         start = step * options.batch % (len(texts) - options.batch)

@@ -73,6 +73,7 @@ class LoaderOrigin:
     note: str | None = None  # why the site is not the settings' own line
     map_dataset: bool = False  # the loader wraps a map-style Dataset (not for the Trainer's, whose items are dicts)
     dataset_variable: str | None = None  # the user's name for it at the line: "train_set", "self.train_set"
+    trainer: str | None = None  # the Trainer's class with its package, when the Trainer built it: "trl.SFTTrainer"
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Setup:
     note: str | None = None
     packable: bool = False  # a map-style Dataset (LoaderOrigin's) whose batches are (images, labels): gpufeed.pack's
     dataset_variable: str | None = None  # the user's name for that Dataset (LoaderOrigin's)
+    trainer: str | None = None  # LoaderOrigin's: "transformers.Trainer", "trl.SFTTrainer"
 
 
 PLAIN = Setup()  # a plain PyTorch loop, its loader's site not known: the fixes' default
@@ -230,13 +232,18 @@ class Constructions:
         """A loader built by transformers' Trainer: its TrainingArguments' settings, at the line that made them
         (else the call into the Trainer, with a note)."""
         knobs = _knobs_of(trainer.args, TRAINING_ARGUMENTS_KNOBS)
-        how = "the training DataLoader was built by transformers' Trainer from its TrainingArguments"
+        kind, arguments = type(trainer), type(trainer.args).__name__
+        named = f"{kind.__module__.partition('.')[0]}.{kind.__name__}"
+        how = (f"the training DataLoader was built by transformers' Trainer from its {arguments}" if named ==
+               "transformers.Trainer" else f"the training DataLoader was built by {named} (a transformers Trainer) "
+                                           f"from its {arguments}")
         ref, made = self._arguments.get(id(trainer.args), (None, None))
         if ref is not None and ref() is trainer.args:
-            return LoaderOrigin(*made, "TrainingArguments(...)", "TrainingArguments", "transformers", knobs, how)
+            return LoaderOrigin(*made, f"{arguments}(...)", "TrainingArguments", "transformers", knobs, how,
+                                trainer=named)
         return LoaderOrigin(file, line, called, "TrainingArguments", "transformers", knobs, how,
-                            f"the Trainer's TrainingArguments was made before the doctor's hooks were installed, so "
-                            f"the site is the call into the Trainer ({called})")
+                            f"the Trainer's {arguments} was made before the doctor's hooks were installed, so "
+                            f"the site is the call into the Trainer ({called})", trainer=named)
 
 
 def _dataset_seen(dataset: Any, user) -> tuple[bool, str | None]:
@@ -295,4 +302,4 @@ def setup_of(origin: LoaderOrigin | None, batches_from: str | None, image_batche
         framework, how = "lightning", f"{how}, and its batches are read by {reader}'s loop"
     site = f"{shown_path(origin.file)}:{origin.line}" if origin.file is not None else None
     return Setup(framework, site, origin.site_is, origin.settings_in, origin.knobs, imported, how, origin.note,
-                 origin.map_dataset and image_batches, origin.dataset_variable)
+                 origin.map_dataset and image_batches, origin.dataset_variable, origin.trainer)

@@ -60,7 +60,7 @@ def set_loader(setup: Setup, changes: dict[str, str]) -> str:
     """The change in words, at the user's line: "set num_workers=4, persistent_workers=True in the DataLoader(...)
     at train.py:42", "set dataloader_num_workers=4 in TrainingArguments(...) at train.py:30"."""
     trainer = setup.settings_in == "TrainingArguments"
-    noun = "TrainingArguments" if trainer else "the DataLoader"
+    noun = arguments_class(setup) if trainer else "the DataLoader"
     if setup.site is None:
         where = noun if trainer else noun + {"lightning": " that train_dataloader() returns",
                                              "accelerate": " passed to accelerator.prepare"}.get(setup.framework, "")
@@ -87,7 +87,7 @@ def loader_snippet(setup: Setup, changes: dict[str, str]) -> str:
     """The loader with `changes` (generic names, values as code), in the framework's code."""
     if setup.settings_in == "TrainingArguments":
         lines = "".join(f"    {argument},\n" for argument in _arguments(setup, changes))
-        return f"args = TrainingArguments(\n    ...,  # your other arguments, as they are\n{lines})"
+        return f"args = {arguments_class(setup)}(\n    ...,  # your other arguments, as they are\n{lines})"
     batch = setup.knobs.batch_size if setup.knobs and setup.knobs.batch_size is not None else "batch_size"
     changes = dict(changes)
     batch = changes.pop("batch_size", batch)  # a change of the batch itself replaces the one set
@@ -101,9 +101,19 @@ def loader_snippet(setup: Setup, changes: dict[str, str]) -> str:
     return loader
 
 
+def arguments_class(setup: Setup) -> str:
+    """The class the user makes the Trainer's arguments with: TrainingArguments, or its subclass where the script
+    made one (TRL's SFTConfig, transformers' Seq2SeqTrainingArguments), as setup.py recorded it."""
+    made = setup.site_is or ""
+    if setup.settings_in == "TrainingArguments" and made.endswith("(...)"):
+        return made[:-len("(...)")]
+    return "TrainingArguments"
+
+
 def _arguments_site(setup: Setup) -> str:
-    """What follows "TrainingArguments" in words: "(...) at train.py:30" when that is the line the Setup knows."""
-    return f"(...) at {setup.site}" if setup.site_is == "TrainingArguments(...)" and setup.site else ""
+    """What follows "TrainingArguments" (or the script's subclass) in words: "(...) at train.py:30" when that is
+    the line the Setup knows."""
+    return f"(...) at {setup.site}" if setup.site_is == f"{arguments_class(setup)}(...)" and setup.site else ""
 
 
 def mixed_precision(setup: Setup, device_type: str) -> tuple[str, str]:
@@ -111,9 +121,9 @@ def mixed_precision(setup: Setup, device_type: str) -> tuple[str, str]:
     alternative for GPUs older than Ampere (on the CPU there is none to name)."""
     gpu = device_type != "cpu"
     if setup.framework == "transformers":
-        return (f"set bf16=True in TrainingArguments{_arguments_site(setup)}"
+        return (f"set bf16=True in {arguments_class(setup)}{_arguments_site(setup)}"
                 + (" (fp16=True on GPUs older than Ampere)" if gpu else ""),
-                "args = TrainingArguments(\n    ...,  # your other arguments, as they are\n    bf16=True,\n)")
+                f"args = {arguments_class(setup)}(\n    ...,  # your other arguments, as they are\n    bf16=True,\n)")
     if setup.framework == "lightning":
         return ("pass precision=\"bf16-mixed\" to the Lightning Trainer"
                 + (" (\"16-mixed\" on GPUs older than Ampere)" if gpu else ""),
@@ -141,8 +151,8 @@ def larger_batch(setup: Setup, batch: int | str, factor: int, accumulated: int =
         changes, fewer = {"batch_size": str(larger)}, max(1, accumulated // factor)
         if trainer:
             words = (f"set per_device_train_batch_size={larger}, gradient_accumulation_steps={fewer} in "
-                     f"TrainingArguments{_arguments_site(setup)}")
-            code = ("args = TrainingArguments(\n    ...,  # your other arguments, as they are\n"
+                     f"{arguments_class(setup)}{_arguments_site(setup)}")
+            code = (f"args = {arguments_class(setup)}(\n    ...,  # your other arguments, as they are\n"
                     f"    per_device_train_batch_size={larger},\n"
                     f"    gradient_accumulation_steps={fewer},  # was {accumulated}: the same samples per optimizer "
                     f"step\n)")
@@ -151,9 +161,9 @@ def larger_batch(setup: Setup, batch: int | str, factor: int, accumulated: int =
                 loader_snippet(setup, changes) + f"\naccumulation_steps = {fewer}  # was {accumulated}: the same "
                                                  f"samples per optimizer step")
     if trainer:
-        words = (f"set per_device_train_batch_size={larger} in TrainingArguments{_arguments_site(setup)} and "
+        words = (f"set per_device_train_batch_size={larger} in {arguments_class(setup)}{_arguments_site(setup)} and "
                  f"scale learning_rate there with it ({factor}x yours)")
-        code = ("args = TrainingArguments(\n    ...,  # your other arguments, as they are\n"
+        code = (f"args = {arguments_class(setup)}(\n    ...,  # your other arguments, as they are\n"
                 f"    per_device_train_batch_size={larger},\n"
                 f"    learning_rate={factor} * base_lr,  # base_lr: yours now (linear scaling); warmup_steps= if it "
                 f"diverges\n)")
@@ -173,7 +183,7 @@ def pinned_copies(setup: Setup) -> tuple[str, str]:
     pin = set_loader(setup, {"pin_memory": "True"})
     if setup.framework == "transformers":
         return (f"{pin}, with accelerator_config={{\"non_blocking\": True}} so the Trainer's copies do not wait",
-                "args = TrainingArguments(\n    ...,  # your other arguments, as they are\n"
+                f"args = {arguments_class(setup)}(\n    ...,  # your other arguments, as they are\n"
                 "    dataloader_pin_memory=True,\n    accelerator_config={\"non_blocking\": True},\n)")
     if setup.framework == "lightning":
         return (f"{pin}; Lightning then copies each batch to the GPU with non_blocking=True",
@@ -220,14 +230,30 @@ def shorter_padding(setup: Setup, source: str, site: str | None, seq2seq: bool) 
         stop = f'drop padding="max_length" from the tokenizer call{at}'
     elif "collator" in source and "max_length" in source:
         stop = f'build the collator with padding="longest" (its default) instead of "max_length"{at}'
+    elif "pad_to_multiple_of" in source:
+        stop = (f"make the collator pad to a small multiple{at} (pad_to_multiple_of=8, or None), not to a width "
+                f"beyond the rows' longest")
     elif "collate" in source:
         stop = f"make the collate function{at} pad to the batch's longest row, not a fixed length"
     else:
         stop = "pad each batch to its longest row, not to a fixed length"
+    stop = stop[0].upper() + stop[1:]  # not str.capitalize, which lowercases the user's path and None
+    if (setup.trainer or "").startswith("trl."):
+        config = f"{arguments_class(setup)}{_arguments_site(setup)}"
+        words = (f"{stop}: {setup.trainer.partition('.')[2]} pads each batch to its longest row itself when the "
+                 f"dataset's rows come unpadded (text, or input_ids without padding) and pad_to_multiple_of in "
+                 f"{config} is small or None. With no padding at all, set padding_free=True there (the rows of a "
+                 f"batch concatenated; it needs an attention that keeps them apart: attn_implementation="
+                 f"\"flash_attention_2\"), or packing=True (rows packed into blocks of max_length).")
+        snippet = (f"args = {arguments_class(setup)}(\n    ...,  # your other arguments, as they are\n"
+                   "    pad_to_multiple_of=None,  # each batch padded to its longest row\n"
+                   "    padding_free=True,  # or packing=True; either wants attn_implementation=\"flash_attention_2\"\n"
+                   ")\ntrainer = SFTTrainer(model=model, args=args, train_dataset=dataset)  # rows not padded")
+        return words, snippet
     if setup.framework == "transformers":
         collator = "DataCollatorForSeq2Seq(tokenizer, model=model)" if seq2seq else \
             "DataCollatorWithPadding(tokenizer)"
-        words = (f"{stop.capitalize()}, and let the Trainer pad each batch to its longest row: "
+        words = (f"{stop}, and let the Trainer pad each batch to its longest row: "
                  f"data_collator={collator} (causal language models: DataCollatorForLanguageModeling(tokenizer, "
                  f"mlm=False), which also makes the labels); add group_by_length=True to TrainingArguments so "
                  f"that rows of similar length share a batch. With no padding at all, DataCollatorWithFlattening "
@@ -235,12 +261,12 @@ def shorter_padding(setup: Setup, source: str, site: str | None, seq2seq: bool) 
                  f"attention that keeps them apart: attn_implementation=\"flash_attention_2\".")
         snippet = ("tokenized = dataset.map(lambda rows: tokenizer(rows[\"text\"], truncation=True, max_length=512),\n"
                    "                        batched=True)  # no padding here: the collator pads each batch\n"
-                   "args = TrainingArguments(..., group_by_length=True)\n"
+                   f"args = {arguments_class(setup)}(..., group_by_length=True)\n"
                    f"trainer = Trainer(model=model, args=args, train_dataset=tokenized, data_collator={collator})")
         return words, snippet
     where = {"lightning": "in the DataLoader that train_dataloader() returns",
              "accelerate": "in the DataLoader you pass to accelerator.prepare"}.get(setup.framework, "")
-    words = (f"{stop.capitalize()}: tokenize without padding and pad in the DataLoader's collate_fn"
+    words = (f"{stop}: tokenize without padding and pad in the DataLoader's collate_fn"
              f"{' ' + where if where else ''}, to the batch's longest row (tokenizer.pad or "
              f"torch.nn.utils.rnn.pad_sequence); a sampler that puts rows of similar length in the same batch "
              f"(sort by length within buckets of a few batches) leaves little padding at all.")

@@ -19,7 +19,8 @@ made, and its cost measured on the user's own model after the watch.
   frameworks/setup.py records where loaders are built: from the calls, never from the script's text.
 - `source(...)`: where the padding is made, in words, from what was seen (first that holds): a tokenizer call with
   padding="max_length" whose max_length is a width the batches came in; a collator whose `padding` is
-  "max_length" (transformers' DataCollatorWithPadding, the Trainer's data_collator); the loader's collate
+  "max_length" (transformers' DataCollatorWithPadding, the Trainer's data_collator); a collator whose
+  `pad_to_multiple_of` is above SMALL_MULTIPLE and divides every batch's width (TRL's collator); the loader's collate
   function, at its line when it is the user's, when the batches come in one width while their rows' lengths vary;
   the loop's own batches (no DataLoader); else "not found".
 - `Capture` and `measure`: the step's model and a copy of its inputs at the first watched step whose batch has
@@ -50,6 +51,11 @@ SUBJECT = "padding trial"  # the notes' subject
 TOKENIZER_MODULE = "transformers.tokenization_utils_base"
 MAX_LENGTHS_KEPT = 100_000  # row lengths kept for the median: a bound on the watcher's memory
 DECODER_KEYS = ("labels", "decoder_input_ids", "decoder_attention_mask")
+# A collator's pad_to_multiple_of up to 8 is the width alignment NVIDIA's tensor cores want (their "Deep Learning
+# Performance" guide: sequence lengths in multiples of 8 for fp16/bf16), a few positions a row: not named as the
+# padding's source; one above it that every batch's width is a multiple of (TRL's SFTConfig(pad_to_multiple_of=
+# 512), say) is.
+SMALL_MULTIPLE = 8
 
 
 @dataclass(frozen=True)
@@ -285,7 +291,12 @@ def _user_function(function: Any) -> tuple[str, str] | None:
 
 
 def collator_of(collate_fn: Any) -> Any:
-    """The collator inside the Trainer's column-removing wrapper (`data_collator`), or the collate function."""
+    """The collator inside the doctor's own timing wrapper (loader_split.TimedCollate) and the Trainer's
+    column-removing one (`data_collator`), or the collate function."""
+    from gpufeed.doctor.observe.loader_split import TimedCollate  # loaded: the watcher installed it
+
+    while isinstance(collate_fn, TimedCollate):
+        collate_fn = collate_fn.collate_fn
     inner = getattr(collate_fn, "data_collator", None)
     return inner if inner is not None else collate_fn
 
@@ -300,6 +311,9 @@ def source(tally: Tally, calls: TokenizerCalls, collate_fn: Any, loader_seen: bo
     padding = getattr(getattr(collator, "padding", None), "value", getattr(collator, "padding", None))
     if padding == "max_length":
         return f'the collator {type(collator).__name__}(padding="max_length")', None
+    multiple = getattr(collator, "pad_to_multiple_of", None)
+    if isinstance(multiple, int) and multiple > SMALL_MULTIPLE and widths and all(w % multiple == 0 for w in widths):
+        return f"the collator {type(collator).__name__}(pad_to_multiple_of={multiple})", None
     fixed = len(widths) == 1 and tally.shortest is not None and tally.longest is not None \
         and tally.longest < max(widths)
     if not loader_seen:
