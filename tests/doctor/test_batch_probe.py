@@ -65,6 +65,22 @@ def test_no_capture_at_32_or_more_and_no_run_without_a_loss_or_over_the_memory_l
     assert found is None and note.startswith("batch probe: not run, the host's RAM is")
 
 
+def test_rounds_go_on_while_the_first_input_is_slower_than_the_watched_steps(monkeypatch):
+    # fake runs of 0.1 s (a warm run, then probe.REPEATS rounds: the budget fits them), the machine busy; the
+    # watched steps' slowest forward and backward took 0.05 s
+    def timed_runs(seconds):
+        runs = iter(seconds)
+        monkeypatch.setattr(probe, "_one", lambda *args: next(runs))
+
+    busy = [0.1] * (1 + probe.REPEATS)
+    timed_runs(busy + [0.07, 0.04, 0.01])
+    assert probe.time_inputs(_model(), [((), {})], None, False, 0.05) == ([0.04], probe.REPEATS + 2)  # then fast
+    timed_runs(busy + [0.01])
+    assert probe.time_inputs(_model(), [((), {})], None, False) == ([0.1], probe.REPEATS)  # no target: as before
+    timed_runs(busy + [0.09] * probe.REPEATS)
+    assert probe.time_inputs(_model(), [((), {})], None, False, 0.05) == ([0.09], 2 * probe.REPEATS)  # at most
+
+
 def test_per_sample_cost_is_the_slope_or_its_upper_bound():
     grows = BatchProbe(2, ((1, 0.010), (2, 0.012), (4, 0.016)), 5)
     assert grows.slope_resolved and grows.per_sample_s == pytest.approx(0.006 / 6)  # (16 - 10) ms over 3 x 2

@@ -367,8 +367,10 @@ def capture(module: torch.nn.Module, args: tuple, kwargs: dict, pad_token_id: in
     return Capture(module, args, kwargs, pad_token_id, autocast)
 
 
-def measure(captured: Capture) -> tuple[PaddingTrial | None, str]:
-    """Time the captured batch as it came and cut (the module docstring); (the trial or None, the note)."""
+def measure(captured: Capture, watched_s: float | None = None) -> tuple[PaddingTrial | None, str]:
+    """Time the captured batch as it came and cut (the module docstring); (the trial or None, the note).
+    `watched_s`: the slowest watched step's forward and backward (probe.time_inputs' target for the batch as it
+    came)."""
     module = captured.module()
     if module is None:
         return None, f"{SUBJECT}: not run, the model was gone by the end of the watch"
@@ -378,7 +380,7 @@ def measure(captured: Capture) -> tuple[PaddingTrial | None, str]:
         return None, f"{SUBJECT}: not run, the captured batch has no column that is padding in every row"
     cut_args, cut_kwargs, found, decoder = cut
     timed = probe.attempt(module, [(captured.args, captured.kwargs), (cut_args, cut_kwargs)], captured.autocast,
-                          SUBJECT, "the batch as it came")
+                          SUBJECT, "the batch as it came", watched_s)
     if isinstance(timed, str):
         return None, timed
     (seconds, cut_seconds), rounds = timed

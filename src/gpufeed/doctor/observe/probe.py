@@ -18,9 +18,10 @@ Skipped, with a note: on a rank other than 0; when the device's memory or the ho
 the same); when the outputs hold nothing that requires grad. After one warm run of each input, rounds take the
 inputs in turn (a drift of the machine's speed falls on all alike), as many as BUDGET_S allows and at least
 MIN_ROUNDS whatever the model's speed (the budget scales with the step: one round of a slow model would be one
-sample of the machine's noise), at most REPEATS; each input's fastest run counts (the machine's noise only adds
-time: another process, a page fault), on CUDA with a synchronize around each run. `time_inputs` is the same
-timing for any list of inputs (observe/padding.py's, say).
+sample of the machine's noise), at most REPEATS, and more (REPEATS and BUDGET_S again) while the first input's
+fastest is slower than the slowest watched step's forward and backward; each input's fastest run counts (the
+machine's noise only adds time: another process, a page fault), on CUDA with a synchronize around each run.
+`time_inputs` is the same timing for any list of inputs (observe/padding.py's, say).
 
 What it gives (`BatchProbe`, observation.py): the seconds per forward+backward at each factor; the per-sample
 cost is the slope between 1x and 4x (the widest lever arm), or, when the slope is not above zero (the growth is
@@ -154,15 +155,16 @@ def _rank() -> int:
     return torch.distributed.get_rank() if available else 0
 
 
-def run(captured: Capture) -> tuple[BatchProbe | None, str]:
+def run(captured: Capture, watched_s: float | None = None) -> tuple[BatchProbe | None, str]:
     """Time the captured forward+backward at each factor (the module docstring); (the probe or None, the note
-    that says what was done or why not)."""
+    that says what was done or why not). `watched_s`: the slowest watched step's forward and backward
+    (`time_inputs`' target for the 1x batch)."""
     module = captured.module()
     if module is None:
         return None, f"{SUBJECT}: not run, the model was gone by the end of the watch"
     inputs = [(repeated(captured.args, captured.batch, factor), repeated(captured.kwargs, captured.batch, factor))
               for factor in FACTORS]
-    timed = attempt(module, inputs, captured.autocast, SUBJECT, f"a {FACTORS[-1]}x batch")
+    timed = attempt(module, inputs, captured.autocast, SUBJECT, f"a {FACTORS[-1]}x batch", watched_s)
     if isinstance(timed, str):
         return None, timed
     seconds, repeats = timed
@@ -174,10 +176,10 @@ def run(captured: Capture) -> tuple[BatchProbe | None, str]:
 
 
 def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast: tuple[str, torch.dtype] | None,
-            subject: str, largest: str) -> tuple[list[float], int] | str:
+            subject: str, largest: str, watched_s: float | None = None) -> tuple[list[float], int] | str:
     """`time_inputs` where it may run (rank 0, memory at most MEMORY_LIMIT full), its state saved and restored; the
     fastest seconds per input and the rounds, or the note's text saying why not (`subject` opens it; `largest`
-    names the input that may run out of memory)."""
+    names the input that may run out of memory; `watched_s`, time_inputs' target for the first input)."""
     if _rank() != 0:
         return f"{subject}: not run on rank {_rank()} (rank 0 measures)"
     parameter = next(module.parameters(), None)
@@ -187,7 +189,7 @@ def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast:
         return f"{subject}: not run, {full}"
     saved = _save(module, cuda)
     try:
-        return time_inputs(module, inputs, autocast, cuda)
+        return time_inputs(module, inputs, autocast, cuda, watched_s)
     except torch.OutOfMemoryError:
         return f"{subject}: not run to the end, {largest} ran out of memory"
     except _NoLoss:
@@ -203,10 +205,15 @@ class _NoLoss(Exception):
 
 
 def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
-                autocast: tuple[str, torch.dtype] | None, cuda: bool) -> tuple[list[float], int]:
+                autocast: tuple[str, torch.dtype] | None, cuda: bool,
+                watched_s: float | None = None) -> tuple[list[float], int]:
     """The fastest seconds of a forward and backward on each (args, kwargs) and the rounds run: one warm run of
     each, then rounds that take them in turn, as many as BUDGET_S allows, at least MIN_ROUNDS, at most REPEATS.
-    The gradients are unset before each run (the caller saves and restores them: `attempt`). A
+    While the first input's fastest is still slower than `watched_s` (the slowest watched step's forward and
+    backward, which did that work and more: the machine was busier now than during the watch), rounds go on, up to
+    REPEATS and BUDGET_S more: a few seconds of another process's burst need not cost the measurement (the
+    findings still judge what it gives: grading.timed_elsewhere). The gradients are unset before each run (the
+    caller saves and restores them: `attempt`). A
     DistributedDataParallel module runs its own module, under its no_sync(): DDP's forward may broadcast buffers to
     the other ranks, which are not measuring."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
@@ -217,10 +224,19 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
         fit = int((BUDGET_S - round_s) / round_s) if round_s > 0 else REPEATS
         rounds = max(MIN_ROUNDS, min(REPEATS, fit))
         times: list[list[float]] = [[] for _ in inputs]
-        for _ in range(rounds):
+
+        def one_round() -> None:
             for index, (args, kwargs) in enumerate(inputs):
                 times[index].append(_one(module, args, kwargs, autocast, cuda))
-    return [min(seconds) for seconds in times], rounds
+
+        for _ in range(rounds):
+            one_round()
+        more_until = time.perf_counter() + BUDGET_S
+        for _ in range(REPEATS):
+            if watched_s is None or min(times[0]) <= watched_s or time.perf_counter() > more_until:
+                break
+            one_round()
+    return [min(seconds) for seconds in times], len(times[0])
 
 
 def _one(module, args, kwargs, autocast, cuda: bool) -> float:

@@ -489,7 +489,7 @@ class Watcher:
                 if self.done:
                     self.probing = True
                     try:
-                        found, text = probe.run(self.capture)
+                        found, text = probe.run(self.capture, self._slowest_model_s())
                     finally:
                         self.probing = False
                     result = (found, [Note("run" if found is not None else "unmeasured", text)])
@@ -512,11 +512,17 @@ class Watcher:
         else:
             self.probing = True
             try:
-                trial, text = padding.measure(self.padding_capture)
+                trial, text = padding.measure(self.padding_capture, self._slowest_model_s())
             finally:
                 self.probing = False
             self._padded = (trial, [Note("run" if trial is not None else "unmeasured", text)])
         self.padding_capture = False  # the copy of the batch is not kept past the trial
+
+    def _slowest_model_s(self) -> float | None:
+        """The slowest watched step's forward and backward (the trials' target: probe.time_inputs), or None."""
+        parts = [r.forward_s + r.backward_s for r in self.records
+                 if r.forward_s is not None and r.backward_s is not None]
+        return max(parts) if parts else None
 
     def padding_reading(self, trial: PaddingTrial | None):
         """What the training batches' padding was and where it is made (padding.py), with the trial; None when no
