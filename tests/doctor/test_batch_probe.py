@@ -121,6 +121,29 @@ def test_small_batch_claims_the_fixed_cost_the_probe_measured():
     assert nothing.evidence["fixed_ms_per_batch"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_on_the_cpu_the_probe_is_taken_in_the_watched_steps_scale():
+    # steps of 100 ms at a batch of 8 on a loaded machine: forward 30 + backward 60 ms, optimizer 10 ms. The probe
+    # ran between bursts, twice as fast: 1x 45, 2x 85, 4x 165 ms. In its own milliseconds the samples cost
+    # (165 - 45) / 24 = 5 ms each, 40 ms a batch, and 60 of the 100 ms would be fixed; taken x 90/45 = 2 to the
+    # watched steps' forward and backward, 80 ms a batch, 20 ms fixed: the probe's own 5 ms intercept (x 2) and the
+    # optimizer's 10 ms. The 4x batch: (3 x 100 - 2 x 120) / (4 x 100) = 15% saved; the 2x: (100 - 80) / 200 = 10%
+    timed = [dataclasses.replace(record, forward_s=0.03, backward_s=0.06, optimizer_s=0.01)
+             for record in steps(20, wall=0.1)]
+    probe = BatchProbe(8, ((1, 0.045), (2, 0.085), (4, 0.165)), 5)
+    found = by_kind(diagnose(on_cpu(timed, host(), batch_size=8, probe=probe)))["small_batch"]
+    assert found.evidence["probe_scale"] == pytest.approx(2.0)
+    assert found.evidence["per_sample_ms"] == pytest.approx(10.0)
+    assert found.evidence["fixed_ms_per_batch"] == pytest.approx(20.0) and found.share == pytest.approx(0.2)
+    assert (found.evidence["proposed_factor"], found.evidence["gain_share_of_step"]) == (4, pytest.approx(0.15))
+    assert found.evidence["probe_ms"] == {"1x": 45.0, "2x": 85.0, "4x": 165.0}  # as measured
+    assert ("(The probe ran faster than the watched steps, 45 ms at 1x against their 90 ms forward and backward: "
+            "its times are taken x2.00, their ratios as measured.)") in found.fix
+    # without the steps' forward and backward (a loop whose model was not found) the probe is taken as it ran
+    raw = by_kind(diagnose(on_cpu(steps(20, wall=0.1), host(), batch_size=8, probe=probe)))["small_batch"]
+    assert raw.evidence["probe_scale"] == 1.0 and raw.evidence["fixed_ms_per_batch"] == pytest.approx(60.0)
+    assert "The probe ran" not in raw.fix
+
+
 def test_a_data_wait_above_the_fixed_cost_is_input_bound_not_small_batch():
     # the other side of the verdict, by hand: steps of 1 ms, 0.6 ms waiting for data, the model's 0.4 ms mostly
     # fixed cost (the probe's 4x batch costs 0.3 ms against 0.25 ms at 1x): 0.6 of the step is data wait, at most

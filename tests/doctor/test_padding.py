@@ -184,14 +184,16 @@ def test_small_batch_is_judged_after_padding_waste_and_its_probe_must_cover_the_
     from gpufeed.doctor.observation import BatchProbe
 
     # steps of 100 ms, forward and backward 80 ms, batch 8. The probe: 1x 75 ms, 2x 140 ms, 4x 270 ms, a slope of
-    # (270 - 75) / (3 x 8) = 8.125 ms a sample, 65 ms for the batch: 35 ms fixed, a share of 0.35 whose 4x batch
+    # (270 - 75) / (3 x 8) = 8.125 ms a sample, 65 ms for the batch, taken x 80/75 to the watched forward and
+    # backward (small_batch.in_watched_scale): 69.33 ms, so 30.67 ms fixed, a share of 0.3067 whose 4x batch
     # saves over 10%. The padding trial saves 45 ms (75 -> 30), at most the samples' 65 ms: both hold, and
     # padding_waste (0.6 of the 80 ms forward and backward: 0.48) is the verdict, small_batch judged after it.
     trial = PaddingTrial(rows=8, width=256, kept=64, seconds=0.075, trimmed_seconds=0.030, rounds=5)
     probe = BatchProbe(8, ((1, 0.075), (2, 0.140), (4, 0.270)), 5)
     report = diagnose(on_cpu(_steps(0.030, 0.050), host(), batch_size=8, padding=_reading(trial), probe=probe))
     found = by_kind(report)
-    assert found["small_batch"].share == pytest.approx(0.35) and found["padding_waste"].share == pytest.approx(0.48)
+    assert found["small_batch"].share == pytest.approx(1 - 0.8 / 0.75 * 0.65)
+    assert found["padding_waste"].share == pytest.approx(0.48)
     assert report.verdict.primary == "padding_waste"
     # a larger fixed share does not make small_batch the verdict while padding_waste reaches its level
     flatter = BatchProbe(8, ((1, 0.075), (2, 0.110), (4, 0.180)), 5)  # 35 ms for the batch: 65 ms fixed, 0.65

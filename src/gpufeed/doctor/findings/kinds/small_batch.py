@@ -3,7 +3,8 @@ spreads it.
 
 Judged on the batch the model sees (`Observation.model_batch`: with gradient accumulation one loader batch):
 - on any device, when the batch probe ran (observe/probe.py: a forward and backward at 1x, 2x and 4x the batch,
-  after the watch): the model's time per batch less the batch times the probe's per-sample cost is fixed cost, a
+  after the watch; on the CPU its times scaled to the watched steps' forward and backward, `in_watched_scale`):
+  the model's time per batch less the batch times the probe's per-sample cost is fixed cost, a
   larger batch's to spread; the share is that fraction of the model's part of the step (`probed`), graded as
   shares are (grading.severity). What the finding recommends is the batch of the probe's factor that gains most
   (`batch_gain`): k times the batch spreads the fixed cost over k times the samples, so it saves (1 - 1/k) of it
@@ -70,6 +71,10 @@ LOW_SM_ACTIVITY_PERCENT = 50.0
 # A k-times batch saves (1 - 1/k) of the fixed share, so a 4x batch needs a fixed share of 13.3% (0.10 / 0.75), a
 # 2x batch 20%. The share, compared with the level first (verdict.reaches), is an upper bound of the gain.
 GAIN_LEVEL = 2 * INPUT_SHARE_MEDIUM
+# gpufeed's choice: the probe's scale to the watched steps (`in_watched_scale`) is said in the fix when it is 5% or
+# more off 1 (the fastest of a few rounds after the watch against the median of the watched steps differ by that
+# much on a quiet machine)
+SCALE_SAID = 0.05
 
 
 def underfilled(seen: Observation) -> Finding | None:
@@ -126,7 +131,8 @@ def probed(seen: Observation, batches: int) -> Finding | None:
     them), is what a larger batch spreads, in every step: its share is that time over the watched steps' wall time.
     The model's time is the median step's: a stall in some steps (another thread holding the interpreter, a
     checkpoint) is not the batch's fixed cost (periodic_stall's)."""
-    probe, totals = seen.probe, seen.totals
+    probe, scale = in_watched_scale(seen, batches)
+    totals = seen.totals
     collective_s = seen.own_collective_s() / totals.steps
     model_s = totals.wall_s - totals.input_s - totals.copy_s - totals.sync_s - seen.own_collective_s()
     if probe is None or model_s <= 0:
@@ -145,8 +151,8 @@ def probed(seen: Observation, batches: int) -> Finding | None:
     fixed_fraction = fixed_s / per_forward_s
     share = min(totals.share(fixed_s * batches * totals.steps), totals.share(model_s))
     evidence = {"batch_size": probe.batch,
-                "probe_ms": {f"{factor}x": round(1000.0 * s, 4) for factor, s in probe.seconds},
-                "probe_repeats": probe.repeats, "per_sample_ms": 1000.0 * probe.per_sample_s,
+                "probe_ms": {f"{factor}x": round(1000.0 * s, 4) for factor, s in seen.probe.seconds},
+                "probe_scale": scale, "probe_repeats": probe.repeats, "per_sample_ms": 1000.0 * probe.per_sample_s,
                 "per_sample_from": "slope" if probe.slope_resolved else "upper bound",
                 "model_ms_per_batch": 1000.0 * per_forward_s, "fixed_ms_per_batch": 1000.0 * fixed_s,
                 "fixed_share_of_model": fixed_fraction, "device_busy": seen.device_busy()}
@@ -165,6 +171,29 @@ def probed(seen: Observation, batches: int) -> Finding | None:
     remedy = fix(probe.batch, accumulated=batches, fixed=evidence, on_gpu=seen.on_gpu, setup=seen.setup)
     return new_finding(SmallBatch.NAME, severity(share), share, evidence, _advised(remedy, share, factor),
                        confidence(supporting))
+
+
+def in_watched_scale(seen: Observation, batches: int) -> tuple[BatchProbe | None, float]:
+    """The batch probe with its times in the watched steps' scale, and the factor applied: on the CPU, on one
+    rank, each time times the watched steps' median forward and backward per batch over the probe's 1x time (1.0
+    elsewhere, or without those parts). The probe's rounds ran interleaved, so the ratios between its times hold
+    whatever the machine's speed after the watch; its milliseconds do not: on a machine another process loads,
+    the watched steps ran 4x slower than at their fastest (GPT-2, 2 cores, two spinning processes), and a probe
+    that ran between bursts made most of their time look fixed. Scaled, the probe's per-sample cost is the
+    watched steps' own. Not on a GPU, where the host's forward and backward times are launches, not the work;
+    nor with several ranks, where rank 0's forward and backward beyond the probe's is the all-reduce's contention
+    (`probed`)."""
+    probe = seen.probe
+    if probe is None or not probe.seconds or seen.on_gpu or seen.ranks.world_size > 1:
+        return probe, 1.0
+    parts = [(r.forward_s + r.backward_s) / batches for r in seen.steps
+             if r.forward_s is not None and r.backward_s is not None]
+    one = probe.seconds[0][1]
+    if len(parts) < len(seen.steps) or not parts or one <= 0:
+        return probe, 1.0
+    scale = statistics.median(parts) / one
+    return BatchProbe(probe.batch, tuple((factor, seconds * scale) for factor, seconds in probe.seconds),
+                      probe.repeats), scale
 
 
 def batch_gain(probe: BatchProbe, model_s: float, step_s: float, share: float,
@@ -327,6 +356,11 @@ def fix(batch_size: int | None, sm_activity_percent: float | None = None, accumu
                 f"{'' if about == 'about' else 'at least '}{fixed['fixed_share_of_model']:.0%} of it is "
                 f"fixed cost per batch (the optimizer step, the Python around the model, each operator's "
                 f"dispatch), which a larger batch spreads over more samples. ")
+    scale = fixed.get("probe_scale") or 1.0
+    if abs(scale - 1.0) >= SCALE_SAID:
+        measured += (f"(The probe ran {'faster' if scale > 1 else 'slower'} than the watched steps, "
+                     f"{_ms(fixed['probe_ms']['1x'])} ms at 1x against their {_ms(fixed['probe_ms']['1x'] * scale)} "
+                     f"ms forward and backward: its times are taken x{scale:.2f}, their ratios as measured.) ")
     if fixed["proposed_factor"] is not None:
         probe = fixed["probe_ms"]
         measured += (f"A batch of {factor * batch_size} ({factor}x) would spread the "
