@@ -71,7 +71,7 @@ def _model_bound(report) -> float:
 
 def _padding_waste_holds(report) -> None:
     found = _finding(report, "padding_waste")
-    assert found is not None, (report.verdict, report.unmeasured)
+    assert found is not None, "\n".join([str(report.verdict)] + [str(note) for note in report.notes])
     assert report.verdict.primary == "padding_waste"
     assert 0.05 <= found.share <= _model_bound(report)
     evidence = found.evidence
