@@ -98,16 +98,21 @@ def host_bound_gate(seen: Observation) -> float | None:
 
 
 
+def watched_model_s(seen: Observation, batches: int) -> list[float]:
+    """Each watched step's forward_s + backward_s per batch (`batches` accumulated), for the steps that carry both."""
+    return [(r.forward_s + r.backward_s) / batches for r in seen.steps
+            if r.forward_s is not None and r.backward_s is not None]
+
+
 def timed_elsewhere(seen: Observation, seconds: float, batches: int, subject: str, what: str) -> str | None:
     """Why a forward and backward of a watched batch timed after the watch (`seconds`, the fastest of its rounds:
-    observe/probe.py, observe/padding.py) did not time the step's work, or None: it agrees. Each watched step's
+    observe/probe.py) did not time the step's work, or None: it agrees. Each watched step's
     forward_s + backward_s holds that work and more (the loss, zero_grad, the loop's Python), per batch when
     `batches` are accumulated; so a fastest run slower than DRIFT times the slowest watched step's forward and
     backward did not measure the step (the machine much busier while it ran, or another model), and is not used:
     the note says so, under its own subject ("<subject> not used"), as the run's note on `subject` is already
     there. Not judged when the steps do not carry forward_s and backward_s. `what` names the batch timed."""
-    parts = [(r.forward_s + r.backward_s) / batches for r in seen.steps
-             if r.forward_s is not None and r.backward_s is not None]
+    parts = watched_model_s(seen, batches)
     if not parts or seconds <= DRIFT * max(parts):
         return None
     return (f"{subject} not used: its fastest forward and backward {what} took "

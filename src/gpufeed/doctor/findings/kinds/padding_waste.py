@@ -9,9 +9,9 @@ of the trial's forward and backward that cutting saved, applied to the watched s
 (`model_work_s`), over the watched step time, is the share a batch padded to its longest row recovers: the
 fraction, not the trial's milliseconds, because its two widths ran interleaved and their ratio holds when the
 machine was faster or busier after the watch than during it (a trial 10% faster than the watched steps, the
-milliseconds saved over the step would under-state the share, and `--try`'s measured gain would exceed it). Not
-judged (a note says why) when the trial's batch as it came ran more than grading.DRIFT times the slowest
-watched step's forward and backward (grading.timed_elsewhere: it did not time the step's work).
+milliseconds saved over the step would under-state the share, and `--try`'s measured gain would exceed it). So a
+trial slower than grading.DRIFT times the slowest watched step's forward and backward (another process's burst
+after the watch) is still used, with a note; the batch probe's is not (small_batch reads its milliseconds).
 
 The level (RECOMMEND_AT): the fix changes nothing the training computes (padding is masked out of attention and of
 the loss: a batch cut to its longest row gives its real tokens the same losses and gradients) and is a line in the
@@ -33,11 +33,12 @@ from typing import TYPE_CHECKING
 
 from gpufeed.doctor.findings.experiments import CutPadding, Declared
 from gpufeed.doctor.findings.grading import (
+    DRIFT,
     INPUT_SHARE_MEDIUM,
     confidence,
     new_finding,
     severity,
-    timed_elsewhere,
+    watched_model_s,
 )
 from gpufeed.doctor.findings.kind import Judged, Kind
 from gpufeed.doctor.findings.report import Finding
@@ -67,10 +68,12 @@ class PaddingWaste(Kind):
         trial = reading.trial
         _, batches = seen.model_batch()
         batches = batches or 1
-        elsewhere = timed_elsewhere(seen, trial.seconds, batches, SUBJECT, "of the batch as it came")
-        if elsewhere is not None:
-            notes.run(elsewhere + ", so padding_waste is not judged")
-            return None
+        parts = watched_model_s(seen, batches)
+        if parts and trial.seconds > DRIFT * max(parts):
+            notes.run(f"{SUBJECT} slower than the watch: its fastest forward and backward of the batch as it came "
+                      f"took {1000.0 * trial.seconds:.3g} ms, more than {DRIFT:g}x the slowest watched step's "
+                      f"{1000.0 * max(parts):.3g} ms (the machine busier after the watch); the share takes the "
+                      f"fraction the cut saved, as its two widths ran interleaved, not its milliseconds")
         totals = seen.totals
         saved_s = max(0.0, trial.seconds - trial.trimmed_seconds)
         share = totals.share(saved_s / trial.seconds * model_work_s(seen))

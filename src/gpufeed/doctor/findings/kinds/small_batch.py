@@ -44,6 +44,7 @@ from gpufeed.doctor.findings.grading import (
     severity,
     timed_elsewhere,
     unexplained_idle,
+    watched_model_s,
 )
 from gpufeed.doctor.findings.kind import Evidence, Judged, Kind
 from gpufeed.doctor.findings.report import Finding
@@ -186,8 +187,7 @@ def in_watched_scale(seen: Observation, batches: int) -> tuple[BatchProbe | None
     probe = seen.probe
     if probe is None or not probe.seconds or seen.on_gpu or seen.ranks.world_size > 1:
         return probe, 1.0
-    parts = [(r.forward_s + r.backward_s) / batches for r in seen.steps
-             if r.forward_s is not None and r.backward_s is not None]
+    parts = watched_model_s(seen, batches)
     one = probe.seconds[0][1]
     if len(parts) < len(seen.steps) or not parts or one <= 0:
         return probe, 1.0
