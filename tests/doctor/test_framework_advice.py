@@ -117,3 +117,10 @@ def test_padding_s_fix_keeps_the_user_s_path_and_names_the_arguments_class_the_s
                                          None, False)
     assert "pad_to_multiple_of in SFTConfig(...) at train.py:30" in fix and "padding_free=True" in fix
     assert snippet.startswith("args = SFTConfig(") and "group_by_length" not in fix
+    # Lightning's and accelerate's loops over token batches: the collate in the DataLoader each builds
+    collate = "the collate function pad_batch (train.py:20)"
+    assert "in the DataLoader that train_dataloader() returns" in words.shorter_padding(LIGHTNING, collate,
+                                                                                        "train.py:20", False)[0]
+    fix, snippet = words.shorter_padding(ACCELERATE, collate, "train.py:20", False)
+    assert fix.startswith("Make the collate function at train.py:20 pad to the batch's longest row")
+    assert "in the DataLoader you pass to accelerator.prepare" in fix and "collate_fn=collate" in snippet

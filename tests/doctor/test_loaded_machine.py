@@ -1,10 +1,10 @@
 """The doctor's verdicts on a machine another process keeps busy (issue 32): a process spinning on a core for the
 whole module, beside the test worker's own doctor runs (and, under the README's `-n auto`, the other workers'
 tests). The verdicts are those of a quiet machine: the packed GPT-2 loop of the issue (batch 16 x 128, which a probe
-five times slower than its steps once called small_batch) stays compute_bound, padding to max_length is
-padding_waste, gpufeed's CNN on in-memory images is compute_bound (or a scheduler's beat: periodic_stall), and
-batches of 2 through a tiny MLP are small_batch (not input_bound: the loop's slicing is not its input). Each
-report's probe agrees with its steps or was set aside with a note (grading.timed_elsewhere)."""
+five times slower than its steps once called small_batch) and a packed Llama stay compute_bound, padding to
+max_length (GPT-2, T5) is padding_waste, gpufeed's CNN on in-memory images is compute_bound (or a scheduler's beat:
+periodic_stall), and batches of 2 through a tiny MLP are small_batch (not input_bound: the loop's slicing is not its
+input). Each report's probe agrees with its steps or was set aside with a note (grading.timed_elsewhere)."""
 
 from __future__ import annotations
 
@@ -66,6 +66,17 @@ def test_padding_to_max_length_stays_padding_waste(loaded) -> None:
     report = _doctor("lm_padding.py", "--model", "gpt2", "--pad", "max_length", "--width", "128", "--steps", "40")
     assert report.verdict.primary == "padding_waste", [(f.kind, f.share) for f in report.findings]
     _probe_holds(report)
+
+
+def test_llama_on_packed_blocks_and_t5_padded_keep_their_verdicts(loaded) -> None:
+    llama = _doctor("lm_padding.py", "--model", "llama", "--pad", "packed", "--width", "128", "--batch", "16",
+                    "--steps", "40")
+    assert llama.verdict.primary == "compute_bound", [(f.kind, f.share) for f in llama.findings]
+    assert "small_batch" not in _kinds(llama) or _kinds(llama)["small_batch"].share < 0.10
+    _probe_holds(llama)
+    t5 = _doctor("lm_padding.py", "--model", "t5", "--pad", "max_length", "--width", "128", "--steps", "40")
+    assert t5.verdict.primary == "padding_waste", [(f.kind, f.share) for f in t5.findings]
+    _probe_holds(t5)
 
 
 def test_a_cnn_on_images_in_memory_stays_compute_bound(loaded) -> None:
