@@ -1,9 +1,9 @@
 """The doctor's verdicts on a machine another process keeps busy (issue 32): a process spinning on a core for the
 whole module, beside the test worker's own doctor runs (and, under the README's `-n auto`, the other workers'
 tests). The verdicts are those of a quiet machine: the packed GPT-2 loop of the issue (batch 16 x 128, which a probe
-five times slower than its steps once called small_batch) and a packed Llama stay compute_bound, padding to
-max_length (GPT-2, T5) is padding_waste, gpufeed's CNN on in-memory images is compute_bound (or a scheduler's beat:
-periodic_stall), and batches of 2 through a tiny MLP are small_batch (not input_bound: the loop's slicing is not its
+five times slower than its steps once called small_batch), a packed Llama and gpufeed's CNN on in-memory images stay
+compute_bound (or show the scheduler's beat: periodic_stall, HEALTHY), padding to max_length (GPT-2, T5) is
+padding_waste, and batches of 2 through a tiny MLP are small_batch (not input_bound: the loop's slicing is not its
 input). Each report's probe agrees with its steps or was set aside with a note (grading.timed_elsewhere)."""
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ def _doctor(script: str, *args: str):
     return doctor.run(str(SCRIPTS / script), *args, steps=10, warmup=2, profile_steps=0)
 
 
+# a healthy loop's verdict under load: compute_bound, or periodic_stall, as the scheduler's slices on a host with more
+# busy processes than cores can fall on a beat in a 10-step window (stalls.py: a beat in 1-19% of windows of noise
+# alone); what the probe decides (small_batch) and the loop's input (input_bound) must not change
+HEALTHY = ("compute_bound", "periodic_stall")
+
+
 def _kinds(report) -> dict:
     return {finding.kind: finding for finding in report.findings}
 
@@ -56,7 +62,7 @@ def test_packed_token_blocks_stay_compute_bound(loaded) -> None:
     assert loaded.poll() is None  # still spinning
     report = _doctor("lm_padding.py", "--model", "gpt2", "--pad", "packed", "--width", "128", "--batch", "16",
                      "--steps", "40")
-    assert report.verdict.primary == "compute_bound", [(f.kind, f.share) for f in report.findings]
+    assert report.verdict.primary in HEALTHY, [(f.kind, f.share) for f in report.findings]
     found = _kinds(report).get("small_batch")
     assert found is None or found.share < 0.10, found  # under the level at which a larger batch is advised
     _probe_holds(report)
@@ -71,7 +77,7 @@ def test_padding_to_max_length_stays_padding_waste(loaded) -> None:
 def test_llama_on_packed_blocks_and_t5_padded_keep_their_verdicts(loaded) -> None:
     llama = _doctor("lm_padding.py", "--model", "llama", "--pad", "packed", "--width", "128", "--batch", "16",
                     "--steps", "40")
-    assert llama.verdict.primary == "compute_bound", [(f.kind, f.share) for f in llama.findings]
+    assert llama.verdict.primary in HEALTHY, [(f.kind, f.share) for f in llama.findings]
     assert "small_batch" not in _kinds(llama) or _kinds(llama)["small_batch"].share < 0.10
     _probe_holds(llama)
     t5 = _doctor("lm_padding.py", "--model", "t5", "--pad", "max_length", "--width", "128", "--steps", "40")
@@ -81,10 +87,7 @@ def test_llama_on_packed_blocks_and_t5_padded_keep_their_verdicts(loaded) -> Non
 
 def test_a_cnn_on_images_in_memory_stays_compute_bound(loaded) -> None:
     report = _doctor("image_cnn.py", "--steps", "40")
-    # or periodic_stall: under the README's `-n auto` three processes share two cores, and the scheduler's slices
-    # can fall on a beat in a 10-step window (stalls.py: a beat in 1-19% of windows of noise alone); what the probe
-    # decides (small_batch) and the loop's input (input_bound) must not change
-    assert report.verdict.primary in ("compute_bound", "periodic_stall"), [(f.kind, f.share) for f in report.findings]
+    assert report.verdict.primary in HEALTHY, [(f.kind, f.share) for f in report.findings]
     assert "input_bound" not in _kinds(report)
     assert "small_batch" not in _kinds(report) or _kinds(report)["small_batch"].share < 0.10
     _probe_holds(report)
