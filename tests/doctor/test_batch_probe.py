@@ -79,6 +79,13 @@ def test_rounds_go_on_while_the_first_input_is_slower_than_the_watched_steps(mon
     assert probe.time_inputs(_model(), [((), {})], None, False) == ([0.1], probe.REPEATS)  # no target: as before
     timed_runs(busy + [0.09] * probe.REPEATS)
     assert probe.time_inputs(_model(), [((), {})], None, False, 0.05) == ([0.09], 2 * probe.REPEATS)  # at most
+    # two inputs, the second with less work (the padding trial's cut batch, order (1, 0)): a burst made every cut
+    # run slower than the whole batch's fastest; rounds go on until the cut's fastest is under it
+    pairs = [0.05, 0.02] + [0.05, 0.09] * probe.REPEATS + [0.05, 0.06, 0.05, 0.02]
+    timed_runs(pairs)
+    assert probe.time_inputs(_model(), [((), {}), ((), {})], None, False, None, (1, 0)) == (
+        [0.05, 0.02], probe.REPEATS + 2)
+    assert probe.settled([0.01, 0.02, 0.04], None, (0, 1, 2)) and not probe.settled([0.01, 0.03, 0.02], None, (0, 1, 2))
 
 
 def test_per_sample_cost_is_the_slope_or_its_upper_bound():

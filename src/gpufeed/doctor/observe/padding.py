@@ -380,7 +380,7 @@ def measure(captured: Capture, watched_s: float | None = None) -> tuple[PaddingT
         return None, f"{SUBJECT}: not run, the captured batch has no column that is padding in every row"
     cut_args, cut_kwargs, found, decoder = cut
     timed = probe.attempt(module, [(captured.args, captured.kwargs), (cut_args, cut_kwargs)], captured.autocast,
-                          SUBJECT, "the batch as it came", watched_s)
+                          SUBJECT, "the batch as it came", watched_s, order=(1, 0))
     if isinstance(timed, str):
         return None, timed
     (seconds, cut_seconds), rounds = timed

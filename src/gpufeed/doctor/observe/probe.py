@@ -18,10 +18,11 @@ Skipped, with a note: on a rank other than 0; when the device's memory or the ho
 the same); when the outputs hold nothing that requires grad. After one warm run of each input, rounds take the
 inputs in turn (a drift of the machine's speed falls on all alike), as many as BUDGET_S allows and at least
 MIN_ROUNDS whatever the model's speed (the budget scales with the step: one round of a slow model would be one
-sample of the machine's noise), at most REPEATS, and more (REPEATS and BUDGET_S again) while the first input's
-fastest is slower than the slowest watched step's forward and backward; each input's fastest run counts (the
-machine's noise only adds time: another process, a page fault), on CUDA with a synchronize around each run.
-`time_inputs` is the same timing for any list of inputs (observe/padding.py's, say).
+sample of the machine's noise), at most REPEATS, and more (REPEATS and BUDGET_S again) while the 1x run's fastest
+is slower than the slowest watched step's forward and backward or a larger batch's fastest is faster than a
+smaller one's (`settled`); each input's fastest run counts (the machine's noise only adds time: another process, a
+page fault), on CUDA with a synchronize around each run. `time_inputs` is the same timing for any list of inputs
+(observe/padding.py's, say).
 
 What it gives (`BatchProbe`, observation.py): the seconds per forward+backward at each factor; the per-sample
 cost is the slope between 1x and 4x (the widest lever arm), or, when the slope is not above zero (the growth is
@@ -164,7 +165,8 @@ def run(captured: Capture, watched_s: float | None = None) -> tuple[BatchProbe |
         return None, f"{SUBJECT}: not run, the model was gone by the end of the watch"
     inputs = [(repeated(captured.args, captured.batch, factor), repeated(captured.kwargs, captured.batch, factor))
               for factor in FACTORS]
-    timed = attempt(module, inputs, captured.autocast, SUBJECT, f"a {FACTORS[-1]}x batch", watched_s)
+    timed = attempt(module, inputs, captured.autocast, SUBJECT, f"a {FACTORS[-1]}x batch", watched_s,
+                    tuple(range(len(FACTORS))))
     if isinstance(timed, str):
         return None, timed
     seconds, repeats = timed
@@ -176,10 +178,11 @@ def run(captured: Capture, watched_s: float | None = None) -> tuple[BatchProbe |
 
 
 def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast: tuple[str, torch.dtype] | None,
-            subject: str, largest: str, watched_s: float | None = None) -> tuple[list[float], int] | str:
+            subject: str, largest: str, watched_s: float | None = None,
+            order: tuple[int, ...] = ()) -> tuple[list[float], int] | str:
     """`time_inputs` where it may run (rank 0, memory at most MEMORY_LIMIT full), its state saved and restored; the
     fastest seconds per input and the rounds, or the note's text saying why not (`subject` opens it; `largest`
-    names the input that may run out of memory; `watched_s`, time_inputs' target for the first input)."""
+    names the input that may run out of memory; `watched_s` and `order`, time_inputs')."""
     if _rank() != 0:
         return f"{subject}: not run on rank {_rank()} (rank 0 measures)"
     parameter = next(module.parameters(), None)
@@ -189,7 +192,7 @@ def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast:
         return f"{subject}: not run, {full}"
     saved = _save(module, cuda)
     try:
-        return time_inputs(module, inputs, autocast, cuda, watched_s)
+        return time_inputs(module, inputs, autocast, cuda, watched_s, order)
     except torch.OutOfMemoryError:
         return f"{subject}: not run to the end, {largest} ran out of memory"
     except _NoLoss:
@@ -206,14 +209,16 @@ class _NoLoss(Exception):
 
 def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
                 autocast: tuple[str, torch.dtype] | None, cuda: bool,
-                watched_s: float | None = None) -> tuple[list[float], int]:
+                watched_s: float | None = None, order: tuple[int, ...] = ()) -> tuple[list[float], int]:
     """The fastest seconds of a forward and backward on each (args, kwargs) and the rounds run: one warm run of
     each, then rounds that take them in turn, as many as BUDGET_S allows, at least MIN_ROUNDS, at most REPEATS.
-    While the first input's fastest is still slower than `watched_s` (the slowest watched step's forward and
-    backward, which did that work and more: the machine was busier now than during the watch), rounds go on, up to
-    REPEATS and BUDGET_S more: a few seconds of another process's burst need not cost the measurement (the
-    findings still judge what it gives: grading.timed_elsewhere). The gradients are unset before each run (the
-    caller saves and restores them: `attempt`). A
+    Rounds go on, up to REPEATS and BUDGET_S more, while the fastest runs are not yet what the work allows
+    (`settled`): the first input's slower than `watched_s` (the slowest watched step's forward and backward, which
+    did that work and more: the machine was busier now than during the watch), or the inputs' out of `order`
+    (their indices from the least work to the most: the probe's 1x, 2x, 4x; the padding trial's cut batch, then
+    the batch as it came), which no model does and only another process's burst makes. The findings still judge
+    what it gives (grading.timed_elsewhere). The gradients are unset before each run (the caller saves and
+    restores them: `attempt`). A
     DistributedDataParallel module runs its own module, under its no_sync(): DDP's forward may broadcast buffers to
     the other ranks, which are not measuring."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
@@ -233,10 +238,17 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
             one_round()
         more_until = time.perf_counter() + BUDGET_S
         for _ in range(REPEATS):
-            if watched_s is None or min(times[0]) <= watched_s or time.perf_counter() > more_until:
+            if settled([min(seconds) for seconds in times], watched_s, order) or time.perf_counter() > more_until:
                 break
             one_round()
     return [min(seconds) for seconds in times], len(times[0])
+
+
+def settled(fastest: list[float], watched_s: float | None, order: tuple[int, ...]) -> bool:
+    """The fastest runs are what the work allows (`time_inputs`): the first within `watched_s` (when given), and
+    each input in `order` no slower than the next, which does more work."""
+    within = watched_s is None or fastest[0] <= watched_s
+    return within and all(fastest[low] <= fastest[high] for low, high in zip(order, order[1:], strict=False))
 
 
 def _one(module, args, kwargs, autocast, cuda: bool) -> float:
