@@ -40,7 +40,8 @@ def test_the_probe_leaves_gradients_buffers_and_rng_as_it_found_them():
     captured = probe.capture(model, (inputs,), {}, 4)
     found, note = probe.run(captured)
     assert found is not None and found.batch == 4 and [f for f, _ in found.seconds] == [1, 2, 4]
-    assert all(seconds > 0 for _, seconds in found.seconds) and 1 <= found.repeats <= probe.REPEATS
+    # up to twice REPEATS rounds: more while the times are out of the order of their work (flat here)
+    assert all(seconds > 0 for _, seconds in found.seconds) and 1 <= found.repeats <= 2 * probe.REPEATS
     assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
     assert all(torch.equal(b, saved) for b, saved in zip(model.buffers(), buffers, strict=True))
     assert torch.equal(torch.get_rng_state(), rng)

@@ -77,7 +77,7 @@ def test_padding_to_max_length_stays_padding_waste(loaded) -> None:
 def test_llama_on_packed_blocks_and_t5_padded_keep_their_verdicts(loaded) -> None:
     llama = _doctor("lm_padding.py", "--model", "llama", "--pad", "packed", "--width", "128", "--batch", "16",
                     "--steps", "40")
-    assert llama.verdict.primary in HEALTHY, [(f.kind, f.share) for f in llama.findings]
+    assert llama.verdict.primary in HEALTHY, [(f.kind, f.share, f.evidence) for f in llama.findings]
     assert "small_batch" not in _kinds(llama) or _kinds(llama)["small_batch"].share < 0.10
     _probe_holds(llama)
     t5 = _doctor("lm_padding.py", "--model", "t5", "--pad", "max_length", "--width", "128", "--steps", "40")
