@@ -16,6 +16,7 @@ from gpufeed.units import (
     not_available,
     percent,
     plain_number,
+    rate_text,
     size_text,
 )
 
@@ -63,6 +64,12 @@ def test_human_bytes_as_pack_prints_them():
 def test_decimal_bytes_as_the_cache_limit_is_given():
     assert decimal_bytes(999) == "999 B" and decimal_bytes(1000) == "1.0 kB"
     assert decimal_bytes(20 * 10**9) == "20.0 GB" and decimal_bytes(1_500_000_000_000) == "1.5 TB"
+
+
+def test_rates_under_100_keep_three_significant_digits():
+    assert rate_text(1979.4, "samples/s") == "1,979 samples/s" and rate_text(123456.0) == "123,456"
+    assert rate_text(12.54) == "12.5" and rate_text(0.04123) == "0.0412" and rate_text(None) == NA
+    assert rate_text(0.0) == "0"
 
 
 def test_fixed_decimals_and_rates():

@@ -62,6 +62,15 @@ def fixed(value: float | None, digits: int = 0, unit: str = "", grouped: bool = 
     return f"{text} {unit}" if unit else text
 
 
+def rate_text(value: float | None, unit: str = "") -> str:
+    """A rate whole with thousands separators from 100 up ('1,979'), else to 3 significant digits ('0.0412',
+    '12.5'), so a rate under 1 is not printed as 0; NA for None."""
+    if value is None:
+        return NA
+    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+    return f"{text} {unit}" if unit else text
+
+
 def percent(value: float | None, digits: int = 0) -> str:
     """A share as a percentage with `digits` decimals: 0.1234 -> '12%' (digits 0), '12.3%' (digits 1); NA for None."""
     return NA if value is None else f"{value:.{digits}%}"

@@ -78,6 +78,11 @@ def test_order_and_fits():
                                     ("fp16", 32 * GIB), ("fp16", 48 * GIB)})
     small = options[-1]
     assert small.max_batch_size == 160 and "largest batch that fits: 160" in small.notes
+    # a card where the job does not fit gets no time, rate, rent or energy (it would run 400 TFLOP/s: 2.78 h), and
+    # no "time unknown" note: its note says what would fit; its prices stay, as the catalog's
+    assert (small.hours, small.hours_low, small.samples_per_s, small.step_s, small.mfu) == (None,) * 5
+    assert (small.cost_rent_usd, small.energy_kwh) == (None, None) and "time unknown" not in small.notes
+    assert small.rent_usd_per_hour == 0.5 and small.cost_buy_usd is not None
     assert "tight" in by_name(options, "exact").notes
     unknown = by_name(options, "unknown speed")
     assert unknown.hours is None and unknown.cost_rent_usd is None and "time unknown" in unknown.notes

@@ -15,7 +15,7 @@ from gpufeed.cli.output import (
     error_console,
 )
 from gpufeed.errors import ConfigError
-from gpufeed.units import NA, bytes_text, duration_text, fixed, size_text
+from gpufeed.units import NA, bytes_text, duration_text, fixed, rate_text, size_text
 
 EXAMPLES = """examples:
   gpufeed plan --model resnet18 --input 3x224x224 --classes 1000 --batch-size 256 --dataset-size 1281167 --epochs 90
@@ -248,7 +248,7 @@ def _show(plan) -> None:
                                                    f" to {duration_text(option.hours_high)})")
         buy = NA if option.cost_buy_usd is None else f"{option.cost_buy_usd:,.0f} ({option.buy_gpus})"
         ranking.add_row(option.name, "yes" if option.fits else "no", str(option.max_batch_size), option.precision,
-                        fixed(option.samples_per_s, 0), hours,
+                        rate_text(option.samples_per_s), hours,
                         fixed(option.rent_usd_per_hour, 2), fixed(option.cost_rent_usd, 2), buy,
                         fixed(option.energy_kwh, 1), option.notes)
     console.print(ranking)

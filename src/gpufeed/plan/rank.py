@@ -53,7 +53,8 @@ class PrecisionPlan:
 
 @dataclass(frozen=True)
 class GpuOption:
-    """One catalog GPU (times `gpus` cards) for this run. None where the catalog lacks the figure."""
+    """One catalog GPU (times `gpus` cards) for this run. None where the catalog lacks the figure, and the time,
+    rates, rent and energy None where the job does not fit (a run that cannot start has none)."""
 
     name: str
     fits: bool
@@ -102,9 +103,10 @@ def _option(spec: GpuSpec, plan: PrecisionPlan, compute: ComputeEstimate, precis
         notes.append("tight: under 5% of its memory to spare")
     step = step_time(plan.traffic, spec, efficiency_of(compute), grad_accumulation)
     hours = low = high = samples = mfu = bound = None
-    if is_na(step):
+    timed = fits and not is_na(step)  # no time, rate or cost for a run that cannot start (its note says why)
+    if fits and is_na(step):
         notes.append(f"time unknown: {step.reason}")
-    else:
+    elif timed:
         hours, low, high = hours_for(step, compute, gpus)
         samples = plan.traffic.batch_size * grad_accumulation * gpus / step.seconds
         mfu = model_flops_utilisation(compute.flops_per_step, step.seconds, spec, planned)
@@ -122,7 +124,7 @@ def _option(spec: GpuSpec, plan: PrecisionPlan, compute: ComputeEstimate, precis
     return GpuOption(name=spec.name, fits=fits, max_batch_size=max_batch, memory_bytes=spec.memory_bytes,
                      hours=hours, hours_low=low, hours_high=high, cost_buy_usd=cost_buy,
                      price_date=spec.price_date, cost_rent_usd=cost_rent, energy_kwh=energy, notes="; ".join(notes),
-                     precision=planned, step_s=None if is_na(step) else step.seconds, samples_per_s=samples,
+                     precision=planned, step_s=step.seconds if timed else None, samples_per_s=samples,
                      mfu=mfu, memory_bound_share=bound, rent_usd_per_hour=per_hour, buy_gpus=system.gpus,
                      buy_system=system.text)
 

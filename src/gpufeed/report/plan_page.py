@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpufeed.report.html import Page, chart_text, new_figure, number, plain_log_ticks
 from gpufeed.report.plan_check import check_section
-from gpufeed.units import NA, bytes_as, bytes_text, fixed, percent, size_text
+from gpufeed.units import NA, bytes_as, bytes_text, fixed, percent, rate_text, size_text
 
 MEMORY_PARTS = (("weights", "weights_bytes", "#1f77b4"), ("gradients", "gradients_bytes", "#ff7f0e"),
                 ("optimizer state", "optimizer_bytes", "#9467bd"), ("activations", "activations_bytes", "#2ca02c"),
@@ -163,7 +163,7 @@ def _gpu_row(rank: int, gpu: dict) -> list:
     if gpu.get("buy_gpus") and gpu["cost_buy_usd"] is not None:
         buy += f" ({gpu['buy_gpus']})"
     per_hour = fixed(gpu.get("rent_usd_per_hour"), 2)
-    samples = fixed(gpu.get("samples_per_s"), 0)
+    samples = rate_text(gpu.get("samples_per_s"))
     return [rank, gpu["name"], bytes_text(gpu["memory_bytes"], "GiB", 0), gpu["fits"], gpu["max_batch_size"],
             gpu.get("precision") or NA, samples, shown("hours", ".3g"), band, per_hour,
             shown("cost_rent_usd", ",.2f"), buy, shown("price_date", ""), shown("energy_kwh", ".3g")]
