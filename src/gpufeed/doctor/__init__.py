@@ -23,7 +23,8 @@ Here:
 - observation.py: Observation, the typed, frozen record of a run the findings read, with its parts and Totals
   (the profiled steps and the step's FLOPs included)
 - notes.py: Note (about the run, or not measured), Notes, unmeasured: the lines every stage adds to a report
-- patching.py: Patch (reversible), AfterImport, the first tensor of a batch, the user's line that called a library
+- patching.py: Patch (reversible), AfterImport and when_imported, the first tensor of a batch, the user's line
+  that called a library
 - wrapper.py: watch() and the WatchedLoop it returns (an iterable wrapper and a context manager); its report()
   is diagnose(observe())
 - session.py: run(), doctor_script() (one process), doctor_ranks() (a torchrun job): the library's entry, which the

@@ -107,6 +107,23 @@ class AfterImport:
         return None
 
 
+def when_imported(name: str, then) -> AfterImport | None:
+    """`then(module)` now when the module `name` is imported, else once it is: the AfterImport finder put first on
+    sys.meta_path (take it out with `forget`), or None when it ran now."""
+    if name in sys.modules:
+        then(sys.modules[name])
+        return None
+    finder = AfterImport(name, then)
+    sys.meta_path.insert(0, finder)
+    return finder
+
+
+def forget(finder: AfterImport | None) -> None:
+    """Take a `when_imported` finder off sys.meta_path (None, or one already gone: nothing to do)."""
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+
+
 class _ThenLoader:
     def __init__(self, loader, then) -> None:
         self.loader, self.then = loader, then

@@ -133,19 +133,16 @@ class Constructions:
         instrumentation's list, which restores them; `remove()` takes the import hook out."""
         from torch.utils.data import DataLoader
 
-        from gpufeed.doctor.patching import AfterImport, Patch
+        from gpufeed.doctor.patching import Patch, when_imported
 
         self._patches = patches
         patches.append(Patch(DataLoader, "__init__", functools.partial(self._wrap, self.loader_built)))
-        if TRAINING_ARGUMENTS in sys.modules:
-            self._patch_arguments(sys.modules[TRAINING_ARGUMENTS])
-        else:
-            self._finder = AfterImport(TRAINING_ARGUMENTS, self._patch_arguments)
-            sys.meta_path.insert(0, self._finder)
+        self._finder = when_imported(TRAINING_ARGUMENTS, self._patch_arguments)
 
     def remove(self) -> None:
-        if self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
+        from gpufeed.doctor.patching import forget
+
+        forget(self._finder)
         self._finder = None
 
     def origin(self, loader: Any) -> LoaderOrigin | None:

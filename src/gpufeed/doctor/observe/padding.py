@@ -14,7 +14,7 @@ made, and its cost measured on the user's own model after the watch.
   as a collator padding to the longest does).
 - `Tally`: the watcher's sums over the training batches (positions, kept, real, widths, row lengths).
 - `TokenizerCalls`: transformers' tokenizer `__call__` and `pad` patched while the doctor watches (at once, or when
-  transformers.tokenization_utils_base is imported: patching.AfterImport), recording the first user line that asked
+  transformers.tokenization_utils_base is imported: patching.when_imported), recording the first user line that asked
   for each padding strategy (`padding="max_length"` or `pad_to_max_length=True`, `"longest"` or True), as
   frameworks/setup.py records where loaders are built: from the calls, never from the script's text.
 - `source(...)`: where the padding is made, in words, from what was seen (first that holds): a tokenizer call with
@@ -224,18 +224,15 @@ class TokenizerCalls:
         self.problems: list[str] = []
 
     def install(self, patches: list) -> None:
-        from gpufeed.doctor.patching import AfterImport
+        from gpufeed.doctor.patching import when_imported
 
         self._patches = patches
-        if TOKENIZER_MODULE in sys.modules:
-            self._patch(sys.modules[TOKENIZER_MODULE])
-        else:
-            self._finder = AfterImport(TOKENIZER_MODULE, self._patch)
-            sys.meta_path.insert(0, self._finder)
+        self._finder = when_imported(TOKENIZER_MODULE, self._patch)
 
     def remove(self) -> None:
-        if self._finder in sys.meta_path:
-            sys.meta_path.remove(self._finder)
+        from gpufeed.doctor.patching import forget
+
+        forget(self._finder)
         self._finder = None
 
     def _patch(self, module) -> None:
