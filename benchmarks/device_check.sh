@@ -146,7 +146,7 @@ EOF
   within 60 python3 -m gpufeed plan --model resnet18 --input 3x64x64 --batch-size 128 --check --json "$OUT/plan_check.json" | tail -4
   within 60 python3 -m gpufeed plan --model resnet18 --input 3x64x64 --batch-size 64 --grad-accumulation 2 --check --json "$OUT/plan_check_accumulating.json" | tail -4
 
-  # est 60 s: GPT-2 drops attention probabilities, so this checks plan/fused_attention.py's claim that CUDA's fused
+  # est 60 s: GPT-2 drops attention probabilities, so this checks plan/language/fused_attention.py's claim that CUDA's fused
   # sdpa holds no scores (planned 4.5 GiB of activations at 4 x 1,024 where the CPU's math path would hold 11.4)
   step "language-model plan on the GPU: GPT-2 --check, and the small transformers against max_memory_allocated"
   if python3 -c "import transformers, peft" 2> /dev/null; then

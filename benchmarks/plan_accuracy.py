@@ -21,7 +21,7 @@ Target: |error| <= 10% on every case.
 Then language models (`--language`, or both by default): small Llama, GPT-2 and T5 configurations built as
 `gpufeed plan` builds them (transformers' code on the meta device, peft's LoRA), each full, LoRA (bf16 base),
 activation-checkpointed and bf16-true, AdamW, the model's own loss. Predicted: `estimate_language_memory` on fake
-tensors for the device; measured: `plan --check`'s path (plan/language_check.py: the same model given real
+tensors for the device; measured: `plan --check`'s path (plan/language/check.py: the same model given real
 weights in the plan's dtypes, trained three steps), the CPU allocator's events or `max_memory_allocated` as above.
 Target for these: |error| <= 5% (the issue's).
 """
@@ -225,8 +225,8 @@ LANGUAGE_BATCH, LANGUAGE_TOKENS = 4, 256
 def language_case(model, tune, precision: str, device: torch.device) -> tuple[int, int, str]:
     """Predicted and measured peak bytes of one language-model case, and the phase the prediction peaks in."""
     from gpufeed.plan.check import STEP_MARK
-    from gpufeed.plan.language_check import real_language_model, run_language_steps
-    from gpufeed.plan.language_model import build_language_model
+    from gpufeed.plan.language.check import real_language_model, run_language_steps
+    from gpufeed.plan.language.model import build_language_model
     from gpufeed.plan.memory import estimate_language_memory
 
     frozen = torch.bfloat16 if tune.method == "lora" else None
@@ -251,7 +251,7 @@ def language_rows(device: torch.device) -> list[float]:
     """The language-model table (the module's docstring); the |error| of each row."""
     from transformers import AutoConfig
 
-    from gpufeed.plan.language_model import FineTune, LanguageModel
+    from gpufeed.plan.language.model import FineTune, LanguageModel
 
     print(f"language models: AdamW, batch {LANGUAGE_BATCH} x {LANGUAGE_TOKENS} tokens, the model's own loss, "
           f"sdpa attention")

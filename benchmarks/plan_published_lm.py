@@ -5,7 +5,7 @@
 Each row is a single-GPU run whose source publishes its peak memory with its settings (model, method, LoRA rank,
 alpha and targets, precision, optimizer, micro-batch, sequence length, activation checkpointing) and says what
 it measured (`torch.cuda.max_memory_allocated` or `max_memory_reserved`). Each is planned as `gpufeed plan` plans it:
-the model from the catalog (plan/language_models.json), built on the meta device with transformers' code and
+the model from the catalog (plan/language/models.json), built on the meta device with transformers' code and
 peft's LoRA, the step traced on fake tensors for CUDA (plan/memory.py's `estimate_language_memory`). Nothing in the
 planner is fitted to these figures. The prediction compared is the traced peak less the CUDA context the plan
 adds (neither allocator statistic counts it); reserved memory also holds the caching allocator's free blocks, so a
@@ -29,8 +29,8 @@ import peft
 import torch
 import transformers
 
-from gpufeed.plan.language_model import FineTune, build_language_model, resolve_language_model
-from gpufeed.plan.language_plan import FROZEN_DTYPES
+from gpufeed.plan.language.model import FineTune, build_language_model, resolve_language_model
+from gpufeed.plan.language.run import FROZEN_DTYPES
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_language_memory
 
 GB, GIB = 10**9, 2**30

@@ -1,4 +1,4 @@
-"""The planner for language models (plan/language_model.py, language_plan.py, memory.py's token path): the catalog
+"""The planner for language models (plan/language/model.py, run.py, memory.py's token path): the catalog
 against the parameter counts its sources publish, exact bytes of a small Llama worked out by hand for full and LoRA
 training, the 6N + 12·L·h·s rule by hand, the what-fits search against a brute force on hand-made curves, the
 traced peak against the CPU allocator in a real training step, and bad input as one line with exit status 2."""
@@ -19,20 +19,20 @@ from transformers import GPT2Config, LlamaConfig, T5Config  # noqa: E402
 
 from gpufeed.cli.main import main  # noqa: E402
 from gpufeed.measure.transformer_flops import multiplied_parameters, training_flops_per_token  # noqa: E402
-from gpufeed.plan.language_model import (  # noqa: E402
+from gpufeed.plan.language.model import (  # noqa: E402
     FineTune,
     LanguageModel,
     build_language_model,
     language_catalog,
     resolve_language_model,
 )
-from gpufeed.plan.language_plan import (  # noqa: E402
+from gpufeed.plan.language.nf4 import nf4_bytes  # noqa: E402
+from gpufeed.plan.language.run import (  # noqa: E402
     LanguagePlanRequest,
     make_language_plan,
     plan_flops_per_token,
 )
 from gpufeed.plan.memory import estimate_language_memory, fits_by_capacity  # noqa: E402
-from gpufeed.plan.nf4 import nf4_bytes  # noqa: E402
 from gpufeed.plan.optimizers import eight_bit_state_bytes  # noqa: E402
 
 # hidden 64, MLP 128, 2 layers, 4 query heads and 2 key-value heads of 16, vocabulary 1,000, untied output
@@ -179,9 +179,9 @@ def test_a_peak_that_is_a_line_answers_every_capacity_from_three_traces():
 
 def _allocator_peak(model: LanguageModel, tune: FineTune, precision: str, frozen, optimizer: str) -> int:
     """The CPU allocator's live total at its largest in steps 2 and 3 of the real step (plan --check's path:
-    plan/language_check.py builds the model as the plan builds it, with real weights in the plan's dtypes)."""
+    plan/language/check.py builds the model as the plan builds it, with real weights in the plan's dtypes)."""
     from gpufeed.plan.check import STEP_MARK, profiled_cpu_peak
-    from gpufeed.plan.language_check import real_language_model, run_language_steps
+    from gpufeed.plan.language.check import real_language_model, run_language_steps
 
     def run() -> None:
         built = real_language_model(model, tune, precision, frozen, torch.device("cpu"))
@@ -274,7 +274,7 @@ def test_check_refuses_what_is_planned_from_a_layout_before_planning(tmp_path, c
 def test_check_refuses_a_step_larger_than_the_free_memory_before_allocating(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from gpufeed.plan import language_check
+    from gpufeed.plan.language import check as language_check
 
     (tmp_path / "config.json").write_text(json.dumps(TINY))
     plan = SimpleNamespace(request=LanguagePlanRequest(str(tmp_path), 64, 2), sequence_length=64)  # what it reads
@@ -325,7 +325,7 @@ def test_planning_a_7b_model_allocates_none_of_it():
     import sys
 
     script = ("import resource, torch\n"
-              "from gpufeed.plan.language_model import FineTune, build_language_model, resolve_language_model\n"
+              "from gpufeed.plan.language.model import FineTune, build_language_model, resolve_language_model\n"
               "from gpufeed.plan.memory import estimate_language_memory\n"
               "model = resolve_language_model('mistral-7b')\n"
               "estimate = estimate_language_memory(lambda: build_language_model(model, FineTune())[0], 512, 1,\n"
@@ -342,7 +342,7 @@ def test_planning_a_7b_model_allocates_none_of_it():
 def test_the_fused_attention_stand_in_saves_what_cudas_kernels_save():
     """Grouped-query shapes: 8 query heads over 2 key-value heads. Saved: the inputs, the output (B, heads, N, value
     size) in the inputs' dtype, the float32 log-sum-exp (B, heads, N) and the dropout seed and offset; no scores."""
-    from gpufeed.plan.fused_attention import fused_attention
+    from gpufeed.plan.language.fused_attention import fused_attention
 
     query = torch.zeros(2, 8, 16, 32, dtype=torch.bfloat16, requires_grad=True)
     key, value = (torch.zeros(2, 2, 16, 32, dtype=torch.bfloat16, requires_grad=True) for _ in range(2))

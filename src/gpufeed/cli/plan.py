@@ -121,8 +121,8 @@ def is_language_model(args) -> bool:
 
 
 def _language_request(args):
-    from gpufeed.plan.language_model import FineTune
-    from gpufeed.plan.language_plan import LanguagePlanRequest
+    from gpufeed.plan.language.model import FineTune
+    from gpufeed.plan.language.run import LanguagePlanRequest
 
     given = [f"--{option.replace('_', '-')}" for option in IMAGE_ONLY if getattr(args, option) not in (None, False)]
     given += [flag for flag, used in (("--gpus", args.gpus != 1), ("--gpu", bool(args.host_gpu)),
@@ -258,7 +258,7 @@ def _show(plan) -> None:
 
 
 def _list_models(args) -> int:
-    from gpufeed.plan.language_model import language_catalog
+    from gpufeed.plan.language.model import language_catalog
 
     if args.html:
         raise ConfigError("--list-models has no page: leave out --html (--json writes the list)")
@@ -338,15 +338,15 @@ def _show_language(plan) -> None:
 
 
 def _run_language(args) -> int:
-    from gpufeed.plan.language_plan import language_plan_json, make_language_plan
+    from gpufeed.plan.language.run import language_plan_json, make_language_plan
 
     request = _language_request(args)
     check_output_paths(args)
     if args.check:
-        from gpufeed.plan.language_check import refuse_unrunnable
+        from gpufeed.plan.language.check import refuse_unrunnable
 
         refuse_unrunnable(request.tune.method, request.optimizer)
-    from gpufeed.plan.language_check import check_language_plan
+    from gpufeed.plan.language.check import check_language_plan
 
     with _status(args).status("planning: tracing the training step on fake tensors, then what fits on each GPU"):
         plan = make_language_plan(request)

@@ -50,7 +50,7 @@ def multiplied_parameters(model: Any, trained: bool = False, elements: dict[int,
     that is not also the output layer (a lookup, whose gradient is a scatter, not a product; transformers'
     `get_input_embeddings` and `get_output_embeddings` name them, when the model has them); with `trained`, those
     of them that are trained. `elements` gives a parameter's elements by id where they are not its `numel()` (the
-    plan's 4-bit weights count the weights they pack, not their bytes: plan/nf4.py `parameter_elements`)."""
+    plan's 4-bit weights count the weights they pack, not their bytes: plan/language/nf4.py `parameter_elements`)."""
     embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     skipped = set()

@@ -16,14 +16,11 @@ Modules:
   buy as sold, energy
 - run.py: PlanRequest, make_plan and plan_json
 - check.py: --check, the planned step run here and its peak memory and time compared with the plan
-- language_check.py: --check for a language model, the model given real weights in the plan's dtypes
-- language_models.json: the catalog of language-model architectures, configuration facts with their sources
-- language_model.py: --model resolved to a language model and built on the meta device with its method (LoRA,
-  QLoRA's base, activation checkpointing); each row read as one unpadded sequence while tracing
-- nf4.py: QLoRA's 4-bit NF4 base weights by bitsandbytes' layout
-- fused_attention.py: sdpa's memory as CUDA's fused kernels hold it, for a CUDA plan traced on the CPU
 - input_cost.py: bytes a sample is stored in, and samples one core stages per second through the real Feed
 - kernel_scratch.py: a stated upper bound on the scratch a CPU matrix-product kernel allocates inside itself
 - optimizers.py: the optimizers a plan names, transformers' Adafactor and bitsandbytes' 8-bit AdamW state included
-- language_plan.py: LanguagePlanRequest, make_language_plan and language_plan_json: memory and what fits per GPU
+
+Folders:
+- language/: language models (the catalog and a model built on the meta device, QLoRA's base, sdpa as CUDA holds
+  it), their plan per GPU and --check
 """

@@ -40,10 +40,10 @@ from torch._subclasses import FakeTensorMode
 
 from gpufeed.errors import ConfigError
 from gpufeed.plan.fake_model import fake_weights, meta_model, one_line
-from gpufeed.plan.fused_attention import fused_attention
-from gpufeed.plan.language_model import rows_as_read
+from gpufeed.plan.language.fused_attention import fused_attention
+from gpufeed.plan.language.model import rows_as_read
+from gpufeed.plan.language.nf4 import parameter_elements
 from gpufeed.plan.live_bytes import LiveBytes
-from gpufeed.plan.nf4 import parameter_elements
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS, make_plan_optimizer
 from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep
 
@@ -343,7 +343,7 @@ def estimate_language_memory(model_factory: Callable[[], nn.Module], sequence_le
                              frozen_dtype: torch.dtype | None = None, grad_accumulation: int = 1) -> MemoryEstimate:
     """Device bytes of a language model's training step on `batch_size` sequences of `sequence_length` token ids
     (int64), its own loss on labels of the same shape (train/step.py `language_model_loss`); otherwise as
-    `estimate_memory`. `model_factory` builds the model (plan/language_model.py builds it on the meta device with
+    `estimate_memory`. `model_factory` builds the model (plan/language/model.py builds it on the meta device with
     the method applied); its parameters with requires_grad False are frozen: no gradient, no optimizer state, held
     in `frozen_dtype` when given. precision also takes bf16-true (PRECISIONS)."""
     if not _positive_int(batch_size):

@@ -1,4 +1,4 @@
-"""The page of `gpufeed plan` for a language model: a pure function of its saved JSON (plan/language_plan.py's
+"""The page of `gpufeed plan` for a language model: a pure function of its saved JSON (plan/language/run.py's
 `language_plan_json`): the request, the device memory of one step by part and what the peak holds, what fits on
 each GPU, the check against a measured step (when --check ran), the notes, what was not measured."""
 

@@ -1,5 +1,5 @@
 """The section of a plan's page that `gpufeed plan --check` adds, for image and language models alike: the planned
-peak against the one measured here, and the check's own lines (plan/check.py, plan/language_check.py)."""
+peak against the one measured here, and the check's own lines (plan/check.py, plan/language/check.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The plan result (cli/plan.py's --json, docs/design.md "plan") in its two variants, told apart by the body's
-`kind`: a language model's plan (`"kind": "language_model"`, plan/language_plan.py) has its own keys and page
+`kind`: a language model's plan (`"kind": "language_model"`, plan/language/run.py) has its own keys and page
 (report/language_plan_page.py); any other is an image model's (report/plan_page.py). Both share the body keys, and
 the section --check adds (report/plan_check.py)."""
 

@@ -3,7 +3,7 @@ with transformers' own modeling code, the fine-tuning method applied (LoRA throu
 activation checkpointing through the model's own switch). Nothing is downloaded and nothing real is allocated.
 
 Resolution (`resolve_language_model`), after `gpufeed train`'s image models: the catalog's names
-(language_models.json: configuration facts with a source each), an existing path (a `config.json`, a folder
+(models.json: configuration facts with a source each), an existing path (a `config.json`, a folder
 holding one, or `file.py:factory`, a function returning any module that takes token ids), then a model id
 looked up in the local Hugging Face cache only. A configuration whose model type transformers does not ship
 (it would need `trust_remote_code`) is refused. Attention is traced as transformers' "sdpa" implementation (memory
@@ -36,7 +36,7 @@ ATTENTION = "sdpa"
 
 @dataclass(frozen=True)
 class CatalogModel:
-    """One architecture of language_models.json: its name, the model id and page its facts come from, the parameter
+    """One architecture of models.json: its name, the model id and page its facts come from, the parameter
     count its model card publishes, and the configuration (transformers' field names, `model_type` included)."""
 
     name: str
@@ -47,7 +47,7 @@ class CatalogModel:
 
 
 def language_catalog() -> list[CatalogModel]:
-    document = json.loads(resources.files("gpufeed.plan").joinpath("language_models.json").read_text("utf-8"))
+    document = json.loads(resources.files("gpufeed.plan.language").joinpath("models.json").read_text("utf-8"))
     return [CatalogModel(entry["name"], entry["hf_id"], entry["source"], entry["parameters"], entry["config"])
             for entry in document["models"]]
 
@@ -259,14 +259,14 @@ def build_language_model(language_model: LanguageModel, tune: FineTune) -> tuple
         if tune.checkpointing:
             notes.append(_enable_checkpointing(model, language_model.name))
         if tune.method == "qlora":
-            from gpufeed.plan.nf4 import quantize_base
+            from gpufeed.plan.language.nf4 import quantize_base
 
             count = quantize_base(model)
             if not count:
                 raise ConfigError(f"--method qlora quantises nn.Linear layers, and {language_model.name} has none "
                                   f"(GPT-2's are Conv1D): plan it with --method lora")
             notes.append(f"QLoRA: {count} linear layers' weights held as 4-bit NF4 with double quantisation "
-                         f"(plan/nf4.py); the output layer and the embeddings stay in the frozen dtype")
+                         f"(plan/language/nf4.py); the output layer and the embeddings stay in the frozen dtype")
         if tune.method in ("lora", "qlora"):
             model = _lora(model, language_model, tune)
             config = model.peft_config["default"]

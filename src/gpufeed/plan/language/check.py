@@ -1,7 +1,7 @@
 """`gpufeed plan --check` for a language model: run the planned step for real here and compare its peak memory with
 the plan's.
 
-The model is built as the plan builds it (plan/language_model.py, on the meta device, LoRA and checkpointing
+The model is built as the plan builds it (plan/language/model.py, on the meta device, LoRA and checkpointing
 applied), then given real weights on this device in the plan's dtypes (trained parameters in the precision's, a
 frozen base in `--frozen-dtype`, tied weights kept tied) and trained for a few steps by train/step.py's step with
 the model's own loss, on random token ids (B, N). The peak is measured as `plan --check` measures an image
@@ -9,7 +9,7 @@ model's (plan/check.py): the CPU allocator's events under the profiler, steps 2 
 the CPU; or `torch.cuda.max_memory_allocated` against the plan less the CUDA context.
 
 Two of the planned settings are layouts, not code that runs here, and are refused: QLoRA's 4-bit base
-(plan/nf4.py, bitsandbytes' layout) and AdamW 8-bit's state (plan/optimizers.py). A step that would not fit in
+(plan/language/nf4.py, bitsandbytes' layout) and AdamW 8-bit's state (plan/optimizers.py). A step that would not fit in
 this machine's free memory is refused before anything is allocated.
 """
 
@@ -25,7 +25,7 @@ from gpufeed.errors import ConfigError
 from gpufeed.hardware.na import is_na
 from gpufeed.plan.check import STEP_MARK, check_result, measured_peak
 from gpufeed.plan.fake_model import fake_weights
-from gpufeed.plan.language_model import FineTune, LanguageModel, build_language_model
+from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_language_memory
 from gpufeed.plan.optimizers import make_plan_optimizer
 from gpufeed.train.step import Precision, TrainStep
@@ -33,7 +33,7 @@ from gpufeed.units import bytes_text
 
 # of the memory free here, the share a check may plan to use (the rest: this process, the profiler's records)
 FREE_SHARE = 0.8
-NOT_RUN = {"qlora": "QLoRA's 4-bit base is planned from bitsandbytes' layout (plan/nf4.py), not run here",
+NOT_RUN = {"qlora": "QLoRA's 4-bit base is planned from bitsandbytes' layout (plan/language/nf4.py), not run here",
            "adamw-8bit": "AdamW 8-bit's state is planned from bitsandbytes' layout (plan/optimizers.py), not run here"}
 
 
@@ -108,8 +108,8 @@ def refuse_unrunnable(method: str, optimizer: str) -> None:
 def check_language_plan(plan, steps: int = 3) -> dict:
     """Predicted against measured peak memory, and the measured step time, of `plan` (a LanguagePlan) on the
     device here (CUDA, else the CPU); the same keys as plan/check.py's `check_plan`."""
-    from gpufeed.plan.language_model import resolve_language_model
-    from gpufeed.plan.language_plan import FROZEN_DTYPES
+    from gpufeed.plan.language.model import resolve_language_model
+    from gpufeed.plan.language.run import FROZEN_DTYPES
 
     request = plan.request
     refuse_unrunnable(request.tune.method, request.optimizer)

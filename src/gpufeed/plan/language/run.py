@@ -1,7 +1,7 @@
 """`make_language_plan`: the device memory of training or fine-tuning a language model on one GPU, traced from its
 own modeling code, and what fits on each of the catalog's GPUs, as one `LanguagePlan`.
 
-The model is built on the meta device (language_model.py) with the method applied; its training step, the one
+The model is built on the meta device (model.py) with the method applied; its training step, the one
 `TrainStep` with the model's own loss, is traced on fake tensors (memory.py). For each card, the largest
 micro-batch at the sequence length and the longest sequence at the batch are found by bisection on traced peaks
 (`memory.language_fits`). Time, tokens per second and cost on each card are not planned here yet.
@@ -18,9 +18,9 @@ from torch import nn
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import load_catalog
 from gpufeed.measure.transformer_flops import attention_shape, multiplied_parameters, training_flops_per_token
-from gpufeed.plan.language_model import FineTune, LanguageModel, build_language_model, resolve_language_model
+from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model, resolve_language_model
+from gpufeed.plan.language.nf4 import parameter_elements
 from gpufeed.plan.memory import PRECISIONS, MemoryEstimate, estimate_language_memory, language_fits
-from gpufeed.plan.nf4 import parameter_elements
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS
 from gpufeed.units import bytes_text
 
