@@ -37,6 +37,7 @@ class LiveBytes(TorchDispatchMode):
         self.live: dict[int, int] = {}  # serial -> nbytes
         self.rounded = 0
         self.weight_copy_bytes = 0  # autocast's casts of parameters in the forward
+        self.weight_copies: set[int] = set()  # their serials
         self._references: dict[int, weakref.ref] = {}
         self._numbers = itertools.count(1)
         self.reset_peak()
@@ -88,12 +89,15 @@ class LiveBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         source = args[0] if args else None
-        if func is torch.ops.aten._to_copy.default and self.phase == "forward" and isinstance(source, torch.Tensor) \
-                and source.is_leaf and source.requires_grad:
+        weight_copy = func is torch.ops.aten._to_copy.default and self.phase == "forward" \
+            and isinstance(source, torch.Tensor) and source.is_leaf and source.requires_grad
+        if weight_copy:
             self.weight_copy_bytes += out.untyped_storage().nbytes()
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
                 self.add(leaf)
+        if weight_copy:
+            self.weight_copies |= self.serials_of([out])
         if self.scratch_threads:
             scratch = scratch_bound(func, args, self.scratch_threads)
             self.peak_with_scratch = max(self.peak_with_scratch, self.rounded + scratch)

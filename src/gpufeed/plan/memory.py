@@ -76,6 +76,8 @@ class MemoryEstimate:
     the gradients and optimizer state live then (a peak in the backward sees only part of the gradients),
     activations or the optimizer step's bytes, overhead. The parts above are those of the order that peaks.
     sequence_length: a language model's tokens per sample (None for other inputs).
+    weight_copies_bytes: of the activations at the peak, autocast's bf16/fp16 copies of trained weights (a
+    sharded plan's mixed precision gathers weights in that dtype instead: plan/language/sharding.py).
     batch_size: per micro-batch; grad_accumulation: micro-batches per optimizer step.
     step_order: the loop planned, in words. peak_bytes_by_order: the peak of each order of STEP_ORDERS.
     kernel_scratch_bound_bytes: on a CPU target, the most the allocator's peak can exceed peak_bytes by the
@@ -105,6 +107,7 @@ class MemoryEstimate:
     peak_phase: str = ""
     peak_parts: dict[str, int] = field(default_factory=dict)
     sequence_length: int | None = None
+    weight_copies_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,8 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
         notes=tuple(notes), trainable_parameters=sum(p.numel() for p in trained),
         trainable_weights_bytes=trainable_bytes, frozen_weights_bytes=weights_bytes - trainable_bytes,
         optimizer_step_bytes=beyond_held(("optimizer step",)), peak_phase=tracker.peak_phase, peak_parts=parts,
-        sequence_length=setup.input_shape[0] if setup.tokens else None)
+        sequence_length=setup.input_shape[0] if setup.tokens else None,
+        weight_copies_bytes=total(tracker.weight_copies, at_peak) if not in_optimizer else 0)
 
 
 def estimate_memory(model: nn.Module | Callable[[], nn.Module], input_shape: tuple[int, ...], batch_size: int,
