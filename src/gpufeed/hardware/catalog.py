@@ -38,6 +38,8 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "architecture": ((str,), False), "compute_capability": ((str,), False), "released": ((str,), False),
     "memory_bytes": ((int,), False), "memory_bandwidth_gb_per_s": (_NUMBER, False), "tdp_w": (_NUMBER, False),
     "pcie_generation": ((int,), True), "pcie_lanes": ((int,), True), "form_factor": ((str,), False),
+    "gpu_link": ((str,), False), "gpu_link_gb_per_s": (_NUMBER, True), "gpu_link_source": ((str,), False),
+    "node_network_gb_per_s": (_NUMBER, True), "node_network_source": ((str,), True),
     "bf16": ((bool,), False), "system_gpus": ((list,), False), "system_source": ((str,), False),
     "reference_system": ((str,), True), "reference_system_power_w": (_NUMBER, True),
     "reference_system_ram_bytes": ((int,), True), "reference_system_source": ((str,), True),
@@ -46,6 +48,7 @@ _FIELDS: dict[str, tuple[tuple[type, ...], bool]] = {
     "rent_usd_per_hour": (_NUMBER, True), "rent_source": ((str,), True),
     "source": ((str,), False), "source_date": ((str,), False), "notes": ((str,), False),
 }
+GPU_LINKS = ("nvlink", "nvlink-bridge", "xgmi", "pcie")  # NVSwitch'd NVLink, a 2-card bridge, AMD's mesh, none
 _REFERENCE_KEYS = ("reference_system", "reference_system_power_w", "reference_system_ram_bytes",
                    "reference_system_source")
 _DATE_FORMATS = {"released": r"\d{4}-\d{2}", "source_date": r"\d{4}-\d{2}-\d{2}", "price_date": r"\d{4}-\d{2}(-\d{2})?"}
@@ -66,6 +69,11 @@ class GpuSpec:
     tdp_w: float  # maximum board power
     pcie_generation: int | None
     pcie_lanes: int | None
+    gpu_link: str  # one of GPU_LINKS: what collectives between the GPUs of one machine run over
+    gpu_link_gb_per_s: float | None  # per GPU, per direction (vendors' bidirectional figures halved); None for pcie
+    gpu_link_source: str
+    node_network_gb_per_s: float | None  # per GPU, per direction, between machines (its server's NIC share)
+    node_network_source: str | None
     form_factor: str  # one of FORM_FACTORS
     bf16: bool  # runs bf16 at all (Volta and Turing do not)
     system_gpus: tuple[int, ...]  # GPUs one system is sold with: (4, 8) or (8,) for modules, 1-8 for cards
@@ -142,7 +150,8 @@ def _check_row(row: Any, where: str) -> GpuSpec:
     values["system_gpus"] = tuple(row["system_gpus"])
     values["dense_tflops"] = _check_tflops(row["dense_tflops"], where, "dense_tflops")
     values["sparse_tflops"] = _check_tflops(row["sparse_tflops"], where, "sparse_tflops")
-    for key in ("memory_bandwidth_gb_per_s", "tdp_w", "price_usd", "rent_usd_per_hour", "reference_system_power_w"):
+    for key in ("memory_bandwidth_gb_per_s", "tdp_w", "price_usd", "rent_usd_per_hour", "reference_system_power_w",
+                "gpu_link_gb_per_s", "node_network_gb_per_s"):
         values[key] = None if row[key] is None else float(row[key])
     return GpuSpec(**values)
 
@@ -162,6 +171,9 @@ def _check_systems(row: dict, where: str) -> None:
         figure = row["dense_tflops"].get("bf16")
         raise ValueError(f"{where}: bf16 is {row['bf16']} but dense_tflops.bf16 is {figure!r}; a card without "
                          f"bf16 has no bf16 figure, and one with it has one")
+    if row["gpu_link"] not in GPU_LINKS or (row["gpu_link"] == "pcie") != (row["gpu_link_gb_per_s"] is None):
+        raise ValueError(f"{where}: gpu_link must be one of {', '.join(GPU_LINKS)}, with gpu_link_gb_per_s null "
+                         f"exactly for pcie; got {row['gpu_link']!r} at {row['gpu_link_gb_per_s']!r}")
     given = [row[key] is not None for key in _REFERENCE_KEYS]
     if any(given) and not all(given):
         raise ValueError(f"{where}: give all of {', '.join(_REFERENCE_KEYS)} or none")
