@@ -58,6 +58,16 @@ def register(subparsers) -> None:
                           help="recompute each layer in the backward (the model's gradient_checkpointing_enable)")
     language.add_argument("--frozen-dtype", choices=("bf16", "fp16", "fp32"), default=None,
                           help="with lora or qlora: the dtype of the frozen base's weights (default bf16)")
+    language.add_argument("--shard", choices=("ddp", "zero1", "zero2", "zero3", "fsdp", "hsdp"), default=None,
+                          help="spread over --gpus: ddp copies, DeepSpeed's ZeRO stages, torch's FSDP2, or HSDP "
+                               "(FSDP within a node, copies across nodes); memory is then per GPU")
+    language.add_argument("--gpus-per-node", type=int, default=None, metavar="K",
+                          help="GPUs in one machine (default min(--gpus, 8)); links between machines are the network")
+    language.add_argument("--offload", choices=("none", "optimizer", "parameters"), default="none",
+                          help="with --shard: move the optimizer state (and with parameters, the weights and "
+                               "gradients) to host RAM")
+    language.add_argument("--tokens", type=float, default=None, metavar="N",
+                          help="the job's tokens, all GPUs together, e.g. 2e9 (default 1e9): its hours and cost")
     parser.add_argument("--input", default=None, help="one sample's shape, CxHxW (default 3x32x32, or from --data)")
     parser.add_argument("--classes", type=int, default=None, help="number of classes (default 10, or from --data)")
     parser.add_argument("--batch-size", type=int, default=None,
@@ -103,7 +113,8 @@ def register(subparsers) -> None:
 
 IMAGE_ONLY = ("input", "classes", "dataset_size", "data", "image_size", "source_gib", "encoding", "max_side",
               "channels_last", "target_hours")
-LANGUAGE_ONLY = ("seq_len", "method", "lora_rank", "lora_alpha", "lora_targets", "frozen_dtype")
+LANGUAGE_ONLY = ("seq_len", "method", "lora_rank", "lora_alpha", "lora_targets", "frozen_dtype", "shard",
+                 "gpus_per_node", "tokens")
 
 
 def is_language_model(args) -> bool:
@@ -123,22 +134,32 @@ def is_language_model(args) -> bool:
 def _language_request(args):
     from gpufeed.plan.language.model import FineTune
     from gpufeed.plan.language.run import LanguagePlanRequest
+    from gpufeed.plan.language.sharding import Sharding
 
     given = [f"--{option.replace('_', '-')}" for option in IMAGE_ONLY if getattr(args, option) not in (None, False)]
-    given += [flag for flag, used in (("--gpus", args.gpus != 1), ("--gpu", bool(args.host_gpu)),
-                                      ("--decode", args.decode != "cpu")) if used]
+    given += [flag for flag, used in (("--gpu", bool(args.host_gpu)), ("--decode", args.decode != "cpu")) if used]
     if given:
         raise ConfigError(f"{given[0]} goes with image models; a language model's plan takes --seq-len, --batch-size, "
-                          f"--method, --optimizer, --precision and --grad-accumulation")
+                          f"--method, --optimizer, --precision, --grad-accumulation, --gpus, --shard and --tokens")
     method = args.method or "full"
     targets = tuple(name.strip() for name in args.lora_targets.split(",") if name.strip()) \
         if args.lora_targets else None
     if method == "full" and (args.lora_rank is not None or args.frozen_dtype is not None):
         raise ConfigError("--lora-rank and --frozen-dtype go with --method lora or qlora")
     tune = FineTune(method, args.lora_rank or 16, args.lora_alpha, targets, args.activation_checkpointing)
+    if args.gpus > 1 and args.shard is None:
+        raise ConfigError(f"--gpus {args.gpus} needs --shard: ddp for copies, zero1/zero2/zero3 or fsdp to shard "
+                          f"the state, hsdp across nodes")
+    if args.tokens is not None and (args.tokens < 1 or args.tokens != int(args.tokens)):
+        raise ConfigError(f"--tokens must be a whole number of tokens, at least 1, got {args.tokens:g}")
+    sharding = Sharding(args.shard, args.gpus, args.gpus_per_node, args.offload)
+    if args.check and args.shard is not None:
+        raise ConfigError("--check runs the one-GPU step here; leave out --shard (a sharded plan's accounting is "
+                          "checked against FSDP2 ranks in tests/plan/test_sharding.py)")
     return LanguagePlanRequest(model=args.model, sequence_length=args.seq_len, batch_size=args.batch_size or 1,
                                tune=tune, optimizer=args.optimizer, precision=args.precision,
-                               frozen_dtype=args.frozen_dtype or "bf16", grad_accumulation=args.grad_accumulation)
+                               frozen_dtype=args.frozen_dtype or "bf16", grad_accumulation=args.grad_accumulation,
+                               sharding=sharding, tokens=None if args.tokens is None else int(args.tokens))
 
 
 def _request(args):
@@ -318,17 +339,58 @@ def _language_memory(plan) -> None:
         console.print(f"training FLOPs per token ({rule}): {plan.flops_per_token:,}")
 
 
+def _sharded_memory(plan) -> None:
+    sharded = plan.sharded
+    if sharded is None:
+        return
+    nodes = f" on {sharded.nodes} nodes of {sharded.gpus_per_node}" if sharded.nodes > 1 else ""
+    offload = f", {sharded.offload} offloaded to host RAM" if sharded.offload != "none" else ""
+    table = Table(title=f"per GPU, {sharded.strategy} over {sharded.gpus} GPUs{nodes} (state divided by "
+                        f"{sharded.degree}){offload}; peak at {sharded.peak_moment}")
+    table.add_column("part")
+    table.add_column("size", justify="right")
+    rows = (("weights", sharded.weights_bytes), ("gradients", sharded.gradients_bytes),
+            ("optimizer state", sharded.optimizer_bytes), ("gathered (unsharded units)", sharded.gathered_bytes),
+            ("communication buffers", sharded.buffers_bytes), ("activations", sharded.activations_bytes),
+            ("overhead", sharded.overhead_bytes), ("peak", sharded.peak_bytes),
+            ("offloaded to host RAM", sharded.host_bytes),
+            ("sent per step (of it between nodes)", None))
+    for name, size in rows:
+        text = size_text(size, 2, 1) if size is not None else \
+            f"{size_text(sharded.communication_bytes, 2, 1)} ({size_text(sharded.network_bytes, 2, 1)})"
+        table.add_row(name, text)
+    console.print(table)
+    console.print(f"layout: {sharded.layout}")
+    for line in sharded.notes:
+        console.print(f"note: {line}")
+
+
 def _show_language(plan) -> None:
     _language_memory(plan)
+    _sharded_memory(plan)
     request = plan.request
-    table = Table(title=f"what fits on one GPU: the largest micro-batch of {plan.sequence_length} tokens, the longest "
-                        f"sequence at batch {request.batch_size}")
-    for column in ("GPU", "memory", "fits", "max batch", "max tokens", "precision", "notes"):
-        table.add_column(column)
+    gpus = request.sharding.gpus
+    where = f"{gpus} x each GPU" if gpus > 1 else "one GPU"
+    table = Table(title=f"{where} for {plan.tokens:,.0f} tokens: the largest micro-batch of {plan.sequence_length} "
+                        f"tokens, the longest sequence at batch {request.batch_size}")
+    for column, justify in (("GPU", "left"), ("fits", "left"), ("batch", "right"), ("tokens", "right"),
+                            ("tok/s a GPU", "right"), ("hours", "right"), ("rent $", "right"), ("", "left")):
+        table.add_column(column, justify=justify)
+    footnotes: dict[str, int] = {}
     for gpu in plan.gpus:
-        table.add_row(gpu.name, bytes_text(gpu.memory_bytes, "GiB", 0), "yes" if gpu.fits else "no",
-                      f"{gpu.max_batch_size:,}", f"{gpu.max_sequence_length:,}", gpu.precision, gpu.notes)
+        marks = []
+        for note in filter(None, gpu.notes.split("; ")):
+            marks.append(footnotes.setdefault(note, len(footnotes) + 1))
+        rate = NA if gpu.time is None else rate_text(gpu.time.tokens_per_s_per_gpu)
+        hours = NA if gpu.hours is None else duration_text(gpu.hours)
+        rent = NA if gpu.cost_rent_usd is None else f"{gpu.cost_rent_usd:,.0f}"
+        table.add_row(gpu.name.removeprefix("NVIDIA "), "yes" if gpu.fits else "no", f"{gpu.max_batch_size:,}",
+                      f"{gpu.max_sequence_length:,}", rate, hours, rent, ",".join(f"[{mark}]" for mark in marks))
     console.print(table)
+    for note, mark in footnotes.items():
+        console.print(f"[{mark}] {note}", highlight=False)
+    if plan.recommendation:
+        console.print(f"[bold]recommendation[/bold]: {plan.recommendation}")
     for line in plan.notes:
         console.print(f"note: {line}")
     for line in plan.memory.notes:

@@ -45,6 +45,7 @@ from gpufeed.plan.language.model import rows_as_read
 from gpufeed.plan.language.nf4 import parameter_elements
 from gpufeed.plan.live_bytes import LiveBytes
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS, make_plan_optimizer
+from gpufeed.plan.traffic import TrafficCounter
 from gpufeed.train.step import TRAIN_PRECISIONS, Precision, TrainStep
 
 DEVICE_TYPES = ("cuda", "cpu")
@@ -78,10 +79,10 @@ class MemoryEstimate:
     sequence_length: a language model's tokens per sample (None for other inputs).
     weight_copies_bytes: of the activations at the peak, autocast's bf16/fp16 copies of trained weights (a
     sharded plan's mixed precision gathers weights in that dtype instead: plan/language/sharding.py).
-    batch_size: per micro-batch; grad_accumulation: micro-batches per optimizer step.
-    step_order: the loop planned, in words. peak_bytes_by_order: the peak of each order of STEP_ORDERS.
-    kernel_scratch_bound_bytes: on a CPU target, the most the allocator's peak can exceed peak_bytes by the
-    untraced scratch of bf16/fp16 matrix-product kernels (kernel_scratch.py; 0 for fp32 and CUDA targets).
+    step_flops: the FLOPs of one micro-batch's forward and backward as traced (traffic.py's counter, torch's
+    formulas as FlopCounterMode has them: matrix products; sdpa by torch's formulas through fused_attention.py's
+    stand-in on a CUDA target, while a CPU target's sdpa kernel has none and counts 0). Recomputation under
+    checkpointing is in it; the gradients of frozen weights, never computed, are not.
     """
 
     parameters: int
@@ -108,6 +109,7 @@ class MemoryEstimate:
     peak_parts: dict[str, int] = field(default_factory=dict)
     sequence_length: int | None = None
     weight_copies_bytes: int = 0
+    step_flops: int = 0
 
 
 @dataclass(frozen=True)
@@ -166,10 +168,11 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int, order: str) -> Memo
     tracker = LiveBytes(device.type, CUDA_BLOCK_BYTES if setup.device_type == "cuda" else 1,
                         scratch_threads=torch.get_num_threads() if setup.device_type == "cpu" else 0)
     precision = Precision(setup.precision, "planned")
+    counter = TrafficCounter()  # FLOPs by torch's formulas, per operator; it holds no tensor
     try:
         with rows_as_read() if setup.tokens else contextlib.nullcontext(), \
-                fused_attention() if setup.tokens and setup.device_type == "cuda" else contextlib.nullcontext(), \
-                FakeTensorMode():
+                fused_attention() if setup.tokens and setup.device_type == "cuda" else contextlib.nullcontext() \
+                as attention, FakeTensorMode():
             fake_weights(model.train(), device, precision.parameter_dtype, channels_last, setup.frozen_dtype)
             for tensor in itertools.chain(model.parameters(), model.buffers()):
                 tracker.add(tensor)
@@ -190,13 +193,16 @@ def _trace(model_or_factory, setup: _Setup, batch_size: int, order: str) -> Memo
                                  loss="model" if setup.tokens else "cross_entropy")
                 if order == "grads_freed":
                     step.zero_grad()
-                step.forward_backward(inputs, labels, loss_scale=1.0 / setup.grad_accumulation)
+                with counter:
+                    step.forward_backward(inputs, labels, loss_scale=1.0 / setup.grad_accumulation)
                 step.optimizer_step()
     except ConfigError:
         raise
     except Exception as error:
         raise ConfigError(f"could not trace a training step on a batch of shape {shape}: {one_line(error)}") from error
-    return _summarize(tracker, model, optimizer, setup, batch_size, first_gradients)
+    flops = sum(op.flops * op.count for op in counter.operators()) + (attention.total if attention else 0)
+    return dataclasses.replace(_summarize(tracker, model, optimizer, setup, batch_size, first_gradients),
+                               step_flops=flops)
 
 
 def _planned(model_or_factory, setup: _Setup, batch_size: int) -> MemoryEstimate:

@@ -1,10 +1,13 @@
-"""`make_language_plan`: the device memory of training or fine-tuning a language model on one GPU, traced from its
-own modeling code, and what fits on each of the catalog's GPUs, as one `LanguagePlan`.
+"""`make_language_plan`: the device memory of training or fine-tuning a language model, traced from its own
+modeling code, on one GPU or sharded over several; what fits on each of the catalog's GPUs, how fast, and what it
+costs, as one `LanguagePlan`.
 
 The model is built on the meta device (model.py) with the method applied; its training step, the one
 `TrainStep` with the model's own loss, is traced on fake tensors (memory.py). For each card, the largest
 micro-batch at the sequence length and the longest sequence at the batch are found by bisection on traced peaks
-(`memory.language_fits`). Time, tokens per second and cost on each card are not planned here yet.
+(`memory.language_fits`); sharded (sharding.py), at the card's memory plus what sharding saves at the planned
+batch. Time per card: throughput.py; rent: the dated on-demand rate x the run's GPUs x hours; buy: the list price x
+the GPUs of the system(s) they are sold in (hosts.py); energy: every card at its TDP the whole run.
 """
 
 from __future__ import annotations
@@ -17,14 +20,20 @@ from torch import nn
 
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import load_catalog
+from gpufeed.hardware.na import is_na
 from gpufeed.measure.transformer_flops import attention_shape, multiplied_parameters, training_flops_per_token
+from gpufeed.plan.hosts import system_to_buy
 from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model, resolve_language_model
 from gpufeed.plan.language.nf4 import parameter_elements
+from gpufeed.plan.language.sharding import ShardedMemory, Sharding, shard_memory, shard_units
+from gpufeed.plan.language.throughput import LANGUAGE_EFFICIENCY_SOURCE, LanguageTime, language_time
 from gpufeed.plan.memory import PRECISIONS, MemoryEstimate, estimate_language_memory, language_fits
 from gpufeed.plan.optimizers import PLAN_OPTIMIZERS
+from gpufeed.plan.rank import recommend
 from gpufeed.units import bytes_text
 
 DEFAULT_SEQUENCE = 2048  # the default --seq-len, or the model's positions when fewer
+DEFAULT_TOKENS = 10**9  # the job's tokens when --tokens is not given
 FROZEN_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -38,6 +47,8 @@ class LanguagePlanRequest:
     precision: str = "bf16"
     frozen_dtype: str = "bf16"  # a LoRA or QLoRA base's weights that are not quantised
     grad_accumulation: int = 1
+    sharding: Sharding = field(default_factory=Sharding)
+    tokens: int | None = None  # the job's tokens, all GPUs together (None: DEFAULT_TOKENS)
 
     def __post_init__(self):
         if self.optimizer not in PLAN_OPTIMIZERS:
@@ -52,12 +63,16 @@ class LanguagePlanRequest:
                 raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {getattr(self, name)}")
         if self.sequence_length is not None and self.sequence_length <= 0:
             raise ConfigError(f"--seq-len must be a positive number of tokens, got {self.sequence_length}")
+        if self.tokens is not None and self.tokens <= 0:
+            raise ConfigError(f"--tokens must be a positive number of tokens to train on, got {self.tokens}")
 
 
 @dataclass(frozen=True)
 class GpuFit:
-    """One catalog GPU: whether the planned step fits its memory, the largest micro-batch at the sequence length
-    and the longest sequence at the batch that do (0: not even one), in the precision planned on it."""
+    """One catalog GPU (times the run's GPUs): whether the planned step fits its memory (per GPU when sharded), the
+    largest micro-batch at the sequence length and the longest sequence at the batch that do (0: not even one), in
+    the precision planned on it; where it fits, the time (throughput.LanguageTime), hours for the job's tokens
+    with the band, rent (the run's GPUs) and buy (as sold) and energy. None where unknown or the job does not fit."""
 
     name: str
     memory_bytes: int
@@ -66,6 +81,17 @@ class GpuFit:
     max_sequence_length: int
     precision: str
     notes: str
+    time: LanguageTime | None = None
+    hours: float | None = None
+    hours_low: float | None = None
+    hours_high: float | None = None
+    rent_usd_per_hour: float | None = None
+    cost_rent_usd: float | None = None
+    cost_buy_usd: float | None = None
+    price_date: str | None = None
+    buy_gpus: int = 0
+    buy_system: str = ""
+    energy_kwh: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +108,9 @@ class LanguagePlan:
     gpus: list[GpuFit]
     notes: list[str]
     unmeasured: list[str]
+    sharded: ShardedMemory | None = None  # per GPU, when --shard is given
+    tokens: int = DEFAULT_TOKENS
+    recommendation: str = ""
 
 
 def _sequence_length(request: LanguagePlanRequest, model: LanguageModel) -> int:
@@ -125,48 +154,87 @@ def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
         built["notes"] = notes
         return model
 
-    memory_precision = request.precision
-    options = dict(optimizer=request.optimizer, precision=memory_precision, device_type="cuda", frozen_dtype=frozen,
-                   grad_accumulation=request.grad_accumulation)
+    options = dict(optimizer=request.optimizer, precision=request.precision, device_type="cuda",
+                   frozen_dtype=frozen, grad_accumulation=request.grad_accumulation)
     memory = estimate_language_memory(factory, sequence_length, request.batch_size, **options)
     with torch.device("meta"):
         model = factory()
+    sharding = request.sharding
+    units = shard_units(model, parameter_elements(model))
+    sharded = shard_memory(memory, units, sharding) if sharding.strategy is not None else None
+    needed = sharded.peak_bytes if sharded is not None else memory.peak_bytes
+    saved = memory.peak_bytes - needed  # what sharding takes off one GPU at the planned batch
     catalog = load_catalog()
-    fitting = language_fits(factory, sorted({spec.memory_bytes for spec in catalog}), sequence_length,
-                            request.batch_size, max_positions=language_model.max_positions, **options)
-    gpus = []
-    for spec in catalog:
-        planned, note = _planned_precision(spec, memory_precision)
-        if planned is None:
-            gpus.append(GpuFit(spec.name, spec.memory_bytes, False, 0, 0, memory_precision, note))
-            continue
-        fits = memory.peak_bytes <= spec.memory_bytes
-        batch, length = fitting[spec.memory_bytes]
-        notes = [note] if note else []
-        if language_model.max_positions is not None and length == language_model.max_positions:
-            notes.append(f"max tokens: the model's {length:,} positions, not the memory")
-        if not fits:
-            notes.append(f"needs {bytes_text(memory.peak_bytes, grouped=False)} at batch {request.batch_size} x "
-                         f"{sequence_length} tokens, has {bytes_text(spec.memory_bytes, digits=0, grouped=False)}")
-        gpus.append(GpuFit(spec.name, spec.memory_bytes, fits, batch, length, planned, "; ".join(notes)))
-    gpus.sort(key=lambda gpu: (not gpu.fits, gpu.memory_bytes, gpu.name))
-    unmeasured = ["time, tokens per second and cost per GPU: not planned for language models yet (issue 33)"]
+    capacities = sorted({max(spec.memory_bytes + saved, 1) for spec in catalog})
+    fitting = language_fits(factory, capacities, sequence_length, request.batch_size,
+                            max_positions=language_model.max_positions, **options)
+    tokens = request.tokens or DEFAULT_TOKENS
+    gpus = [_gpu_fit(spec, memory, units, sharding, needed, fitting[max(spec.memory_bytes + saved, 1)],
+                     language_model, sequence_length, tokens) for spec in catalog]
+    gpus.sort(key=lambda gpu: (not gpu.fits, gpu.hours is None, gpu.hours or 0.0, -gpu.memory_bytes, gpu.name))
+    unmeasured = []
     if language_model.layers is None:
         unmeasured.append("FLOPs per token: the model's layers and width are not known (a factory)")
+    if request.tokens is None:
+        unmeasured.append(f"the job's size: --tokens not given; hours and cost are for {DEFAULT_TOKENS:,} tokens")
+    notes = list(built.get("notes", ()))
+    notes.append(f"time: {LANGUAGE_EFFICIENCY_SOURCE}")
+    if sharded is not None and saved:
+        notes.append("largest batch and sequence when sharded: the one-GPU fit at the card's memory plus what "
+                     "sharding saves at the planned batch")
     return LanguagePlan(request=request, source=language_model.source, model_type=language_model.model_type,
                         parameters=memory.parameters, trainable_parameters=memory.trainable_parameters,
                         sequence_length=sequence_length, max_positions=language_model.max_positions, memory=memory,
                         flops_per_token=plan_flops_per_token(model, language_model, sequence_length), gpus=gpus,
-                        notes=list(built.get("notes", ())), unmeasured=unmeasured)
+                        notes=notes, unmeasured=unmeasured, sharded=sharded, tokens=tokens,
+                        recommendation=recommend(gpus))
+
+
+def _gpu_fit(spec, memory: MemoryEstimate, units, sharding: Sharding, needed: int, fit: tuple[int, int],
+             language_model: LanguageModel, sequence_length: int, tokens: int) -> GpuFit:
+    """One card for the run: fit, time, hours for `tokens`, rent, buy, energy (None where unknown or not fitting)."""
+    planned, note = _planned_precision(spec, memory.precision)
+    if planned is None:
+        return GpuFit(spec.name, spec.memory_bytes, False, 0, 0, memory.precision, note)
+    fits = needed <= spec.memory_bytes
+    batch, length = fit
+    notes = [note] if note else []
+    if language_model.max_positions is not None and length == language_model.max_positions:
+        notes.append(f"max tokens: the model's {length:,} positions, not the memory")
+    per_gpu = " a GPU" if sharding.strategy is not None else ""
+    if not fits:
+        notes.append(f"needs {bytes_text(needed, grouped=False)}{per_gpu} at batch {memory.batch_size} x "
+                     f"{sequence_length} tokens, has {bytes_text(spec.memory_bytes, digits=0, grouped=False)}")
+        return GpuFit(spec.name, spec.memory_bytes, False, batch, length, planned, "; ".join(notes))
+    time = language_time(memory, units, sharding, spec, planned)
+    system = system_to_buy(spec, sharding.gpus)
+    buy = None if spec.price_usd is None else spec.price_usd * system.gpus
+    if system.gpus > sharding.gpus:
+        notes.append(f"to buy: {system.text}")
+    if is_na(time):
+        notes.append(f"time unknown: {time.reason}")
+        return GpuFit(spec.name, spec.memory_bytes, True, batch, length, planned, "; ".join(notes),
+                      cost_buy_usd=buy, price_date=spec.price_date, buy_gpus=system.gpus, buy_system=system.text)
+    hours = tokens / time.tokens_per_s / 3600
+    low, high = (hours * time.step_fast_s / time.step_s, hours * time.step_slow_s / time.step_s)
+    per_hour = None if spec.rent_usd_per_hour is None else spec.rent_usd_per_hour * sharding.gpus
+    return GpuFit(spec.name, spec.memory_bytes, True, batch, length, planned, "; ".join(notes), time=time,
+                  hours=hours, hours_low=low, hours_high=high, rent_usd_per_hour=per_hour,
+                  cost_rent_usd=None if per_hour is None else per_hour * hours, cost_buy_usd=buy,
+                  price_date=spec.price_date, buy_gpus=system.gpus, buy_system=system.text,
+                  energy_kwh=spec.tdp_w * sharding.gpus * hours / 1000)
 
 
 def language_plan_json(plan: LanguagePlan) -> dict:
     """The documented JSON of a language-model plan (docs/design.md, `plan` for language models)."""
     request = dataclasses.asdict(plan.request)
     request["tune"] = dataclasses.asdict(plan.request.tune)
+    request["sharding"] = dataclasses.asdict(plan.request.sharding)
     return {"kind": "language_model", "request": request, "source": plan.source, "model_type": plan.model_type,
             "params": plan.parameters, "trainable_params": plan.trainable_parameters,
             "sequence_length": plan.sequence_length, "max_positions": plan.max_positions,
             "memory": dataclasses.asdict(plan.memory), "flops_per_token": plan.flops_per_token,
             "gpus": [dataclasses.asdict(gpu) for gpu in plan.gpus], "notes": plan.notes,
-            "unmeasured": plan.unmeasured}
+            "unmeasured": plan.unmeasured,
+            "sharded": None if plan.sharded is None else dataclasses.asdict(plan.sharded), "tokens": plan.tokens,
+            "recommendation": plan.recommendation}

@@ -117,7 +117,7 @@ class ShardUnits:
 
 def shard_units(model: nn.Module, elements: dict | None = None) -> ShardUnits:
     """`model`'s FSDP units by its `_no_split_modules` (a peft model reads its base's); without them the whole model
-    is one root. `elements`: parameter -> elements it stands for (nf4.parameter_elements), else numel."""
+    is one root. `elements`: id(parameter) -> elements it stands for (nf4.parameter_elements), else numel."""
     base = model
     while not getattr(base, "_no_split_modules", None) and hasattr(base, "base_model") and base.base_model is not base:
         base = base.base_model
@@ -128,7 +128,7 @@ def shard_units(model: nn.Module, elements: dict | None = None) -> ShardUnits:
     def count(parameters) -> tuple[int, int]:
         trained = frozen = 0
         for parameter in parameters:
-            size = elements.get(parameter, parameter.numel()) if elements else parameter.numel()
+            size = elements.get(id(parameter), parameter.numel()) if elements else parameter.numel()
             if parameter.requires_grad:
                 trained += size
             else:
@@ -137,10 +137,10 @@ def shard_units(model: nn.Module, elements: dict | None = None) -> ShardUnits:
 
     blocks, inside = [], set()
     for module in model.modules():
-        if type(module).__name__ in names and not any(p in inside for p in module.parameters()):
+        if type(module).__name__ in names and not any(id(p) in inside for p in module.parameters()):
             blocks.append(count(module.parameters()))
-            inside.update(module.parameters())
-    root = count(p for p in model.parameters() if p not in inside)
+            inside.update(id(p) for p in module.parameters())
+    root = count(p for p in model.parameters() if id(p) not in inside)
     largest = max(blocks, default=(0, 0), key=sum)
     return ShardUnits(names, len(blocks), largest[0], largest[1], root[0], root[1])
 
