@@ -21,4 +21,4 @@ def estimate(precision="fp32", activations=3_000_000, copies=0, frozen=0, optimi
                           method="by hand", notes=(), grad_accumulation=accumulation, trainable_parameters=T,
                           trainable_weights_bytes=T * weight, frozen_weights_bytes=frozen,
                           optimizer_step_bytes=optimizer_step, peak_phase="backward", peak_parts=parts,
-                          weight_copies_bytes=copies)
+                          weight_copies_bytes=copies, computing_gradients_bytes=peak_gradients)

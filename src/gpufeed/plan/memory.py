@@ -77,8 +77,9 @@ class MemoryEstimate:
     the gradients and optimizer state live then (a peak in the backward sees only part of the gradients),
     activations or the optimizer step's bytes, overhead. The parts above are those of the order that peaks.
     sequence_length: a language model's tokens per sample (None for other inputs).
-    weight_copies_bytes: of the activations at the peak, autocast's bf16/fp16 copies of trained weights (a
-    sharded plan's mixed precision gathers weights in that dtype instead: plan/language/sharding.py).
+    weight_copies_bytes: of activations_bytes (at the forward's and backward's own peak), autocast's bf16/fp16
+    copies of trained weights (a sharded plan's mixed precision gathers weights in that dtype instead:
+    plan/language/sharding.py); computing_gradients_bytes: the gradients live at that moment.
     step_flops: the FLOPs of one micro-batch's forward and backward as traced (traffic.py's counter, torch's
     formulas as FlopCounterMode has them: matrix products; sdpa by torch's formulas through fused_attention.py's
     stand-in on a CUDA target, while a CPU target's sdpa kernel has none and counts 0). Recomputation under
@@ -109,6 +110,7 @@ class MemoryEstimate:
     peak_parts: dict[str, int] = field(default_factory=dict)
     sequence_length: int | None = None
     weight_copies_bytes: int = 0
+    computing_gradients_bytes: int = 0
     step_flops: int = 0
 
 
@@ -230,12 +232,15 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
                                if isinstance(t, torch.Tensor))
     held = weights | gradients | state
 
-    def beyond_held(phases: tuple[str, ...]) -> int:  # at the largest of these phases' peaks, the rest
+    def live_at(phases: tuple[str, ...]) -> dict[int, int]:  # what was live at the largest of these phases' peaks
         peaks = [tracker.phase_peaks[phase] for phase in phases if phase in tracker.phase_peaks]
-        if not peaks:
-            return 0
-        live = max(peaks, key=lambda peak: peak[0])[1]
+        return max(peaks, key=lambda peak: peak[0])[1] if peaks else {}
+
+    def beyond_held(phases: tuple[str, ...]) -> int:  # at the largest of these phases' peaks, the rest
+        live = live_at(phases)
         return sum(live.values()) - total(held, live)
+
+    computing = live_at(("forward", "backward"))
 
     peak, at_peak = sum(tracker.peak_live.values()), tracker.peak_live
     gradients_at_peak, state_at_peak = total(gradients, at_peak), total(state, at_peak)
@@ -275,7 +280,8 @@ def _summarize(tracker: LiveBytes, model: nn.Module, optimizer, setup: _Setup, b
         trainable_weights_bytes=trainable_bytes, frozen_weights_bytes=weights_bytes - trainable_bytes,
         optimizer_step_bytes=beyond_held(("optimizer step",)), peak_phase=tracker.peak_phase, peak_parts=parts,
         sequence_length=setup.input_shape[0] if setup.tokens else None,
-        weight_copies_bytes=total(tracker.weight_copies, at_peak) if not in_optimizer else 0)
+        weight_copies_bytes=total(tracker.weight_copies, computing),
+        computing_gradients_bytes=total(gradients, computing))
 
 
 def estimate_memory(model: nn.Module | Callable[[], nn.Module], input_shape: tuple[int, ...], batch_size: int,

@@ -23,11 +23,11 @@ block of the classes in its `_no_split_modules`, the rest the root):
 - buffers: DDP's buckets; under zero1/zero2 one block's gradients being reduced (DeepSpeed's reduce_bucket_size,
   5e8 elements by default, may hold more: set it near a block's size); under zero3/fsdp/hsdp one block's unsharded
   gradients, their copy in the reduce dtype and its shard, from the end of the first block's backward on.
-The peak is the largest of three moments: the one-GPU trace's peak (the backward's start for a language model: all
-activations, few gradients) with the sharded states and what sharding adds; the backward's end (every gradient,
-no activations); and the optimizer step. Offload moves bytes to host RAM: `optimizer` the optimizer state (the step
-runs on the CPU, DeepSpeed's ZeRO-Offload or FSDP2's), `parameters` also the sharded weights and gradients (FSDP2's
-CPUOffloadPolicy, DeepSpeed's offload_param; zero3, fsdp and hsdp only).
+The peak is the largest of three moments: the one-GPU trace's forward-and-backward peak (the backward's start for a
+language model: all activations, few gradients) with the sharded states and what sharding adds; the backward's end
+(every gradient, no activations); and the optimizer step. Offload moves bytes to host RAM: `optimizer` the
+optimizer state (the step runs on the CPU, DeepSpeed's ZeRO-Offload or FSDP2's), `parameters` also the sharded
+weights and gradients (FSDP2's CPUOffloadPolicy, DeepSpeed's offload_param; zero3, fsdp and hsdp only).
 
 Not modeled: NCCL's own buffers and the memory of communication still in flight when a collective finishes late
 (on 2 CPU ranks with gloo, the same step's peak varied by 20% between runs from it), activation offload.
@@ -241,10 +241,8 @@ def shard_memory(memory: MemoryEstimate, units: ShardUnits, sharding: Sharding) 
         host, optimizer = optimizer, 0.0
     if sharding.offload == "parameters":
         host, weights, gradients = host + weights + gradients, 0.0, 0.0
-    activations = memory.peak_parts.get("activations", memory.activations_bytes)
-    if not layout.copies:
-        activations -= memory.weight_copies_bytes
-    share = memory.peak_parts.get("gradients", 0) / memory.gradients_bytes if memory.gradients_bytes else 0.0
+    activations = memory.activations_bytes - (0 if layout.copies else memory.weight_copies_bytes)
+    share = memory.computing_gradients_bytes / memory.gradients_bytes if memory.gradients_bytes else 0.0
     scale = optimizer / (trained * layout.optimizer) if trained and layout.optimizer else 0.0
     reducing = 0.0 if strategy in SHARDS_WEIGHTS else buffers  # FSDP's are made as each block's backward ends
     moments = {"the backward's start": weights + share * gradients + optimizer + activations + gathered + reducing,
