@@ -125,7 +125,12 @@ def test_b200_is_bought_as_an_eight_gpu_server(capsys):
     document = plan_json(capsys, [*MLP, "--gpu", "b200"])
     host = document["host"]
     assert host["system_gpus"] == 8 and "8-GPU SXM baseboard server" in host["system"]
-    assert host["psu_watts"] == 15_000 and "NVIDIA DGX B200" in host["reference_system"]
+    # a one-GPU job on the board: power for that GPU, 1,000 W + 2 CPUs x 350 W + platform 0.7 x 1,000 W = 2,400 W,
+    # on one 3,000 W supply; RAM for its 180 GiB: at least 192 GiB, ideally 384 GiB
+    assert host["gpus_used"] == 1 and host["psu_watts"] == 3_000 and "2,400 W" in host["psu_arithmetic"]
+    assert "the board holds 8" not in host["psu_arithmetic"] and "the system holds 8" in host["psu_arithmetic"]
+    assert (host["ram_minimum_bytes"], host["ram_bytes"]) == (192 * 2**30, 384 * 2**30)
+    assert "NVIDIA DGX B200" in host["reference_system"]
     b200 = next(gpu for gpu in document["gpus"] if gpu["name"] == "NVIDIA B200 (HGX)")
     assert b200["buy_gpus"] == 8 and b200["cost_buy_usd"] == 8 * 35_000
     # no --source-gib: the source files are counted as large as the packed dataset, and the plan says so

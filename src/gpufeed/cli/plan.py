@@ -90,7 +90,7 @@ def register(subparsers) -> None:
                         help="the N x N crops a --data packed with --max-side (sizes differ) is trained at")
     parser.add_argument("--gpu", dest="host_gpu",
                         help="plan the machine to buy around this GPU, named loosely ('4090', 'h100 sxm'; "
-                             "default: the best value to buy)")
+                             "default: the best value to buy; for a language model the cheapest to rent that fits)")
     parser.add_argument("--source-gib", type=float, default=None, metavar="GIB",
                         help="the files the dataset is packed from, GiB, kept on the disk (default: as large as "
                              "the packed dataset)")
@@ -137,7 +137,7 @@ def _language_request(args):
     from gpufeed.plan.language.sharding import Sharding
 
     given = [f"--{option.replace('_', '-')}" for option in IMAGE_ONLY if getattr(args, option) not in (None, False)]
-    given += [flag for flag, used in (("--gpu", bool(args.host_gpu)), ("--decode", args.decode != "cpu")) if used]
+    given += ["--decode"] if args.decode != "cpu" else []
     if given:
         raise ConfigError(f"{given[0]} goes with image models; a language model's plan takes --seq-len, --batch-size, "
                           f"--method, --optimizer, --precision, --grad-accumulation, --gpus, --shard and --tokens")
@@ -159,7 +159,8 @@ def _language_request(args):
     return LanguagePlanRequest(model=args.model, sequence_length=args.seq_len, batch_size=args.batch_size or 1,
                                tune=tune, optimizer=args.optimizer, precision=args.precision,
                                frozen_dtype=args.frozen_dtype or "bf16", grad_accumulation=args.grad_accumulation,
-                               sharding=sharding, tokens=None if args.tokens is None else int(args.tokens))
+                               sharding=sharding, tokens=None if args.tokens is None else int(args.tokens),
+                               host_gpu=args.host_gpu)
 
 
 def _request(args):
@@ -365,12 +366,28 @@ def _sharded_memory(plan) -> None:
         console.print(f"note: {line}")
 
 
+def _language_host(host) -> None:
+    if host is None:
+        return
+    nodes = f", {host.nodes} such nodes" if host.nodes > 1 else ""
+    console.print(f"[bold]host[/bold] for {host.gpus} x {host.gpu} a node{nodes} ({host.system})")
+    minimum = bytes_text(host.ram_minimum_bytes, "GiB", 0)
+    console.print(f"  RAM: {bytes_text(host.ram_bytes, 'GiB', 0)} (at least {minimum}): {host.ram_reason}",
+                  highlight=False)
+    others = "; ".join(f"{way}: {bytes_text(size, 'GiB', 1)}" for way, size in host.loading.items()
+                       if way != host.loading_assumed)
+    console.print(f"  loading the checkpoint, assumed {host.loading_assumed}; the others: {others}", highlight=False)
+    console.print(f"  disk: {bytes_text(host.disk_bytes, 'GiB', 0)}: {host.disk_reason}", highlight=False)
+    console.print(f"  CPU cores: {host.cpu_cores}: {host.cpu_reason}", highlight=False)
+    console.print(f"  power supply: {host.psu_watts:,} W: {host.psu_arithmetic}", highlight=False)
+
+
 def _show_language(plan) -> None:
     _language_memory(plan)
     _sharded_memory(plan)
     request = plan.request
     gpus = request.sharding.gpus
-    where = f"{gpus} x each GPU" if gpus > 1 else "one GPU"
+    where = f"{gpus} of each GPU" if gpus > 1 else "one GPU"
     table = Table(title=f"{where} for {plan.tokens:,.0f} tokens: the largest micro-batch of {plan.sequence_length} "
                         f"tokens, the longest sequence at batch {request.batch_size}")
     for column, justify in (("GPU", "left"), ("fits", "left"), ("batch", "right"), ("tokens", "right"),
@@ -391,6 +408,7 @@ def _show_language(plan) -> None:
         console.print(f"[{mark}] {note}", highlight=False)
     if plan.recommendation:
         console.print(f"[bold]recommendation[/bold]: {plan.recommendation}")
+    _language_host(plan.host)
     for line in plan.notes:
         console.print(f"note: {line}")
     for line in plan.memory.notes:

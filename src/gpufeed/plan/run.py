@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -174,8 +175,9 @@ def make_plan(request: PlanRequest, calibrate: bool = True) -> Plan:
     feeding = _feeding(request, step)
     dataset_bytes = request.dataset_size * feeding.bytes_per_sample
     source = dataset_bytes if request.source_bytes is None else request.source_bytes
-    host = plan_host(host_spec, system_to_buy(host_spec, request.gpus), dataset_bytes, request.cache_dataset,
-                     params, request.optimizer, rate, feeding, source_bytes=source)
+    system = system_to_buy(host_spec, request.gpus)
+    host = plan_host(host_spec, system, dataset_bytes, request.cache_dataset, params, request.optimizer, rate,
+                     feeding, source_bytes=source, gpus_used=math.ceil(request.gpus / system.systems))
     if request.source_bytes is None:
         unmeasured.append("source files: not given (--source-gib); the disk counts them as large as the dataset")
     return Plan(request=request, params=params, memory=asked.memory, flops_per_step=compute.flops_per_step,

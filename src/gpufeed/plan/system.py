@@ -67,9 +67,10 @@ class HostPlan:
     decode: str = "cpu"  # where the planned machine decodes JPEG samples (cpu_cores counts that case)
     cpu_cores_other_decode: int | None = None  # the cores for the other case, for a JPEG pack (else None)
     cpu_other_decode_reason: str = ""
+    gpus_used: int = 1  # of one system's system_gpus, the GPUs the job runs on: RAM, cores and power are for them
 
 
-def _round_ram(size_bytes: float) -> int:
+def round_ram(size_bytes: float) -> int:
     for gib in RAM_SIZES_GIB:
         if size_bytes <= gib * GIB:
             return gib * GIB
@@ -79,7 +80,7 @@ def _round_ram(size_bytes: float) -> int:
 def host_ram(gpu_memory_bytes_total: int) -> tuple[int, int, str]:
     """(ideal, minimum, reason): at least the GPUs' total memory, ideally twice it, each rounded up to a size in
     RAM_SIZES_GIB. The dataset is not in it: keeping it in the page cache is a choice (`page_cache_ram`)."""
-    minimum, ideal = _round_ram(gpu_memory_bytes_total), _round_ram(2 * gpu_memory_bytes_total)
+    minimum, ideal = round_ram(gpu_memory_bytes_total), round_ram(2 * gpu_memory_bytes_total)
     def gib(value: float, digits: int) -> str:
         return bytes_text(value, "GiB", digits, grouped=False)
 
@@ -93,7 +94,7 @@ def host_ram(gpu_memory_bytes_total: int) -> tuple[int, int, str]:
 def page_cache_ram(ideal_bytes: int, dataset_bytes: int, read_bytes_per_s: float) -> tuple[int, str]:
     """(bytes, reason): the ideal RAM plus the whole dataset, rounded up, and what it buys: epochs after the
     first read from RAM instead of the disk at `read_bytes_per_s`."""
-    wanted = _round_ram(ideal_bytes + dataset_bytes)
+    wanted = round_ram(ideal_bytes + dataset_bytes)
     reason = (f"a choice: {bytes_text(ideal_bytes, 'GiB', 0)} + the {bytes_text(dataset_bytes)} dataset -> "
               f"{bytes_text(wanted, 'GiB', 0)} keeps it in the page cache, so every epoch after the first reads RAM, "
               f"not the disk; without it the disk must sustain {bytes_text(read_bytes_per_s, 'MiB', 0)}/s of random "
@@ -219,12 +220,15 @@ class Feeding:
 
 def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dataset: bool, parameters: int,
               optimizer: str, samples_per_s_per_gpu: float, feeding: Feeding, cpu_tdp_w: float = DEFAULT_CPU_TDP_W,
-              link: tuple[int, int] | None = None, source_bytes: int = 0) -> HostPlan:
+              link: tuple[int, int] | None = None, source_bytes: int = 0,
+              gpus_used: int | None = None) -> HostPlan:
     """One system of `system.gpus_per_system` cards of `spec` (hosts.system_to_buy), each consuming
     `samples_per_s_per_gpu`, fed as `feeding` says. `link` is the host link (generation, lanes) when it is narrower
     than the card's own, e.g. (3, 4) for a Thunderbolt eGPU. `source_bytes`: the files the dataset is packed from,
-    kept on the same disk."""
-    gpus, bytes_per_sample = system.gpus_per_system, feeding.bytes_per_sample
+    kept on the same disk. `gpus_used`: the GPUs of one system the job runs on (default all): RAM, cores and power
+    are sized for them, not for the board's count."""
+    gpus = min(gpus_used or system.gpus_per_system, system.gpus_per_system)
+    bytes_per_sample = feeding.bytes_per_sample
     ram, ram_minimum, ram_reason = host_ram(spec.memory_bytes * gpus)
     rate, rate_reason = feeding.per_core_rate or measure_gather_rate(bytes_per_sample)
     feed_rate = samples_per_s_per_gpu * gpus
@@ -241,13 +245,16 @@ def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dat
     reference = None
     if system.kind == "server":
         watts, arithmetic = server_power(spec.tdp_w, gpus, spec)
-        if spec.reference_system and gpus == 8:
+        if spec.reference_system and system.gpus_per_system == 8:
             shipped = bytes_text(spec.reference_system_ram_bytes, "GiB", 0)
             reference = (f"{spec.reference_system}: {spec.reference_system_power_w:,.0f} W at most, "
                          f"{shipped} RAM ({spec.reference_system_source})")
             ram_reason += f"; {spec.reference_system} ships {shipped}"
     else:
         watts, arithmetic = psu_watts([spec.tdp_w] * gpus, cpu_tdp_w)
+    if gpus < system.gpus_per_system:
+        idle = f" (sized for the {gpus} GPUs the job uses; the system holds {system.gpus_per_system})"
+        ram_reason, arithmetic = ram_reason + idle, arithmetic + idle
     generation, lanes = link or (spec.pcie_generation, spec.pcie_lanes)
     disk_reason += (f"; reads {bytes_text(read_rate, 'MiB', 0)}/s while the data is not in the page cache"
                     + (" (the first epoch only, with the RAM to cache it)" if cache_dataset else ""))
@@ -257,6 +264,7 @@ def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dat
                     cpu_reason=cpu_reason, disk_bytes=disk_bytes, disk_reason=disk_reason,
                     disk_read_bytes_per_s=read_rate, psu_watts=watts, psu_arithmetic=arithmetic, link_notes=notes,
                     ram_cache_bytes=cache_bytes, ram_cache_reason=cache_reason, system=system.text,
-                    system_gpus=gpus, systems=system.systems, reference_system=reference,
+                    system_gpus=system.gpus_per_system, systems=system.systems, reference_system=reference,
+                    gpus_used=gpus,
                     bytes_per_sample=bytes_per_sample, bytes_reason=feeding.bytes_reason, decode=feeding.decode,
                     cpu_cores_other_decode=other_cores, cpu_other_decode_reason=other_reason)

@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 from gpufeed.errors import ConfigError
-from gpufeed.hardware.catalog import load_catalog
+from gpufeed.hardware.catalog import load_catalog, match_gpu
 from gpufeed.hardware.na import is_na
 from gpufeed.measure.transformer_flops import attention_shape, multiplied_parameters, training_flops_per_token
 from gpufeed.plan.hosts import system_to_buy
+from gpufeed.plan.language.host import LanguageHost, plan_language_host
 from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model, resolve_language_model
 from gpufeed.plan.language.nf4 import parameter_elements
 from gpufeed.plan.language.sharding import ShardedMemory, Sharding, shard_memory, shard_units
@@ -49,6 +50,7 @@ class LanguagePlanRequest:
     grad_accumulation: int = 1
     sharding: Sharding = field(default_factory=Sharding)
     tokens: int | None = None  # the job's tokens, all GPUs together (None: DEFAULT_TOKENS)
+    host_gpu: str | None = None  # plan the node around this catalog GPU (None: the cheapest to rent that fits)
 
     def __post_init__(self):
         if self.optimizer not in PLAN_OPTIMIZERS:
@@ -111,6 +113,7 @@ class LanguagePlan:
     sharded: ShardedMemory | None = None  # per GPU, when --shard is given
     tokens: int = DEFAULT_TOKENS
     recommendation: str = ""
+    host: LanguageHost | None = None  # None: no GPU fits, and none was named
 
 
 def _sequence_length(request: LanguagePlanRequest, model: LanguageModel) -> int:
@@ -182,12 +185,36 @@ def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
     if sharded is not None and saved:
         notes.append("largest batch and sequence when sharded: the one-GPU fit at the card's memory plus what "
                      "sharding saves at the planned batch")
+    host = _host(request, gpus, catalog, memory, sharded, tokens, language_model, notes)
     return LanguagePlan(request=request, source=language_model.source, model_type=language_model.model_type,
                         parameters=memory.parameters, trainable_parameters=memory.trainable_parameters,
                         sequence_length=sequence_length, max_positions=language_model.max_positions, memory=memory,
                         flops_per_token=plan_flops_per_token(model, language_model, sequence_length), gpus=gpus,
                         notes=notes, unmeasured=unmeasured, sharded=sharded, tokens=tokens,
-                        recommendation=recommend(gpus))
+                        recommendation=recommend(gpus), host=host)
+
+
+def _host(request: LanguagePlanRequest, gpus: list[GpuFit], catalog, memory: MemoryEstimate,
+          sharded: ShardedMemory | None, tokens: int, language_model: LanguageModel,
+          notes: list[str]) -> LanguageHost | None:
+    """The node around --gpu (matched loosely), else the card that fits with the lowest rent for the job, else the
+    fastest that fits; None when none fits."""
+    if request.host_gpu:
+        spec = match_gpu(request.host_gpu, catalog)
+        if is_na(spec):
+            raise ConfigError(f"--gpu {request.host_gpu!r}: {spec.reason}")
+    else:
+        rented = [gpu for gpu in gpus if gpu.fits and gpu.cost_rent_usd is not None]
+        fitting = [gpu for gpu in gpus if gpu.fits]
+        chosen = min(rented, key=lambda gpu: gpu.cost_rent_usd) if rented else (fitting[0] if fitting else None)
+        if chosen is None:
+            return None
+        spec = next(spec for spec in catalog if spec.name == chosen.name)
+        notes.append(f"host: planned around {spec.name}, the cheapest to rent that fits (--gpu to choose)")
+    vocabulary = getattr(language_model.config, "vocab_size", None) or 2**32
+    sharding = request.sharding
+    return plan_language_host(spec, memory, sharded, sharding.gpus, sharding.per_node, tokens, vocabulary,
+                              request.tune.method)
 
 
 def _gpu_fit(spec, memory: MemoryEstimate, units, sharding: Sharding, needed: int, fit: tuple[int, int],
@@ -237,4 +264,5 @@ def language_plan_json(plan: LanguagePlan) -> dict:
             "gpus": [dataclasses.asdict(gpu) for gpu in plan.gpus], "notes": plan.notes,
             "unmeasured": plan.unmeasured,
             "sharded": None if plan.sharded is None else dataclasses.asdict(plan.sharded), "tokens": plan.tokens,
-            "recommendation": plan.recommendation}
+            "recommendation": plan.recommendation,
+            "host": None if plan.host is None else dataclasses.asdict(plan.host)}
