@@ -236,7 +236,8 @@ def test_the_plan_of_a_small_config_fits_each_gpu_and_says_how(tmp_path, capsys)
                  str(page)]) == 0  # the base's 4-bit weights counted as the weights they pack, not their bytes
     document = json.loads(capsys.readouterr().out)
     html = page.read_text()  # the page of report/language_plan_page.py, from the same document
-    assert "What fits on one GPU" in html and f"{PARAMETERS:,} frozen and {LORA:,} of LoRA trained" in html
+    assert "What fits, how fast, what it costs: one GPU" in html
+    assert f"{PARAMETERS:,} frozen and {LORA:,} of LoRA trained" in html
     assert all(gpu["name"] in html for gpu in document["gpus"])
     assert document["kind"] == "language_model" and document["sequence_length"] == 128
     assert document["params"] == PARAMETERS + LORA and document["trainable_params"] == LORA

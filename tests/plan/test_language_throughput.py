@@ -78,3 +78,36 @@ def test_bad_sharding_on_the_command_line_is_one_line_and_exit_2(words, message,
     assert main(["plan", "--model", "gpt2", *words]) == 2
     error = capsys.readouterr().err.strip()
     assert message in error and len(error.splitlines()) == 1
+
+
+def test_a_sharded_plan_on_the_command_line_keeps_its_figures_consistent(tmp_path, capsys):
+    """gpt2 on 2 GPUs under zero2 for 10^8 tokens: per-GPU memory below the one-GPU step's, and for every card that
+    fits, hours = tokens / (tokens/s a GPU x 2) and rent = the catalog rate x 2 x hours; none where it does not fit."""
+    pytest.importorskip("transformers")
+    import json
+
+    from gpufeed.hardware.catalog import load_catalog
+
+    assert main(["plan", "--model", "gpt2", "--seq-len", "512", "--batch-size", "4", "--gpus", "2", "--shard",
+                 "zero2", "--tokens", "1e8", "--json", "-", "--html", str(tmp_path / "plan.html")]) == 0
+    document = json.loads(capsys.readouterr().out)
+    sharded, memory = document["sharded"], document["memory"]
+    assert sharded["strategy"] == "zero2" and sharded["peak_bytes"] < memory["peak_bytes"]
+    # DeepSpeed's bf16 layout: the fp32 master weights join AdamW's state, and zero2 halves it over the 2 GPUs
+    assert sharded["optimizer_bytes"] == pytest.approx((memory["optimizer_bytes"] + 4 * document["trainable_params"])
+                                                       / 2, abs=2)
+    rates = {spec.name: spec.rent_usd_per_hour for spec in load_catalog()}
+    timed = 0
+    for gpu in document["gpus"]:
+        if not gpu["fits"]:
+            assert gpu["time"] is None and gpu["hours"] is None and gpu["cost_rent_usd"] is None
+            continue
+        if gpu["time"] is None:
+            continue
+        timed += 1
+        assert gpu["hours"] * 3600 * gpu["time"]["tokens_per_s_per_gpu"] * 2 == pytest.approx(10**8)
+        if rates[gpu["name"]] is not None:
+            assert gpu["cost_rent_usd"] == pytest.approx(rates[gpu["name"]] * 2 * gpu["hours"])
+    assert timed >= 10 and document["host"]["gpus"] == 2
+    page = (tmp_path / "plan.html").read_text()
+    assert "Memory per GPU, sharded" in page and "Host: 2 x" in page

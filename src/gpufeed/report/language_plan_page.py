@@ -1,12 +1,14 @@
 """The page of `gpufeed plan` for a language model: a pure function of its saved JSON (plan/language/run.py's
-`language_plan_json`): the request, the device memory of one step by part and what the peak holds, what fits on
-each GPU, the check against a measured step (when --check ran), the notes, what was not measured."""
+`language_plan_json`): the request, the device memory of one step by part and what the peak holds, the memory per
+GPU when sharded, what fits on each GPU with its speed and cost, the recommendation, the host, the check against a
+measured step (when --check ran), the notes, what was not measured. Older documents lack the sharding, time, cost
+and host keys; their sections are left out."""
 
 from __future__ import annotations
 
 from gpufeed.report.html import Page, new_figure
 from gpufeed.report.plan_check import check_section
-from gpufeed.units import bytes_text, size_text
+from gpufeed.units import bytes_text, duration_text, money_text, rate_text, size_text
 
 PEAK_PARTS = (("weights", "weights", "#1f77b4"), ("gradients", "gradients", "#ff7f0e"),
               ("optimizer state", "optimizer", "#9467bd"), ("activations", "activations", "#2ca02c"),
@@ -26,10 +28,14 @@ def language_plan_page(document: dict) -> Page:
     tune = request["tune"]
     page = Page(f"gpufeed plan: {request['model']}, {tune['method']}, {request['batch_size']} x "
                 f"{document['sequence_length']} tokens, {request['precision']}", document["about"])
-    fitting = [gpu for gpu in document["gpus"] if gpu["fits"]]
-    page.paragraph(f"The step peaks at {bytes_text(memory['peak_bytes'])} in the {memory['peak_phase']}: "
-                   + (f"it fits on {len(fitting)} of the {len(document['gpus'])} GPUs in the catalog, the smallest "
-                      f"{fitting[0]['name']}." if fitting else "it fits on none of the catalog's GPUs."), "lead")
+    fitting = sorted((gpu for gpu in document["gpus"] if gpu["fits"]), key=lambda gpu: gpu["memory_bytes"])
+    sharded = document.get("sharded")
+    peak = (f"The step peaks at {bytes_text(sharded['peak_bytes'])} a GPU, {sharded['strategy']} over "
+            f"{sharded['gpus']} GPUs, at {sharded['peak_moment']}" if sharded else
+            f"The step peaks at {bytes_text(memory['peak_bytes'])} in the {memory['peak_phase']}")
+    page.paragraph(peak + ": " + (f"it fits on {len(fitting)} of the {len(document['gpus'])} GPUs in the catalog, "
+                                  f"the smallest {fitting[0]['name']}." if fitting else
+                                  "it fits on none of the catalog's GPUs."), "lead")
     page.heading("Request")
     page.table(["setting", "value"], [("model", f"{request['model']} ({document['model_type']}, from "
                                                 f"{document['source']})"),
@@ -38,7 +44,8 @@ def language_plan_page(document: dict) -> Page:
                                                                    if tune["checkpointing"] else "")),
                                       ("batch", f"{request['batch_size']} sequences of {document['sequence_length']} "
                                                 f"tokens, {request['grad_accumulation']} micro-batch(es) a step"),
-                                      ("optimizer, precision", f"{request['optimizer']}, {request['precision']}")])
+                                      ("optimizer, precision", f"{request['optimizer']}, {request['precision']}"),
+                                      *_sharding_rows(request, document)])
     page.heading("Device memory of one training step")
     parts = memory["peak_parts"]
     rows = [("weights, trained", memory["trainable_weights_bytes"], ""),
@@ -70,12 +77,13 @@ def language_plan_page(document: dict) -> Page:
         rule = "6N + 12·L·h·s" if tune["method"] == "full" else "4N + 2N_trained + 12·L·h·s: no weight gradients " \
                                                                 "for the frozen base"
         page.paragraph(f"Training FLOPs per token ({rule}): {document['flops_per_token']:,}.")
-    page.heading("What fits on one GPU")
-    page.table(["GPU", "memory", "fits", f"max batch at {document['sequence_length']} tokens",
-                f"max tokens at batch {request['batch_size']}", "precision", "notes"],
-               [(gpu["name"], bytes_text(gpu["memory_bytes"], "GiB", 0), "yes" if gpu["fits"] else "no",
-                 f"{gpu['max_batch_size']:,}", f"{gpu['max_sequence_length']:,}", gpu["precision"], gpu["notes"])
-                for gpu in document["gpus"]])
+    if sharded:
+        _sharded_section(page, sharded)
+    _gpus_section(page, document)
+    if document.get("recommendation"):
+        page.paragraph(f"Recommendation: {document['recommendation']}")
+    if document.get("host"):
+        _host_section(page, document["host"])
     if document.get("check"):
         check_section(page, document["check"])
     page.heading("Notes")
@@ -83,3 +91,64 @@ def language_plan_page(document: dict) -> Page:
     page.heading("Not measured")
     page.bullets(document.get("unmeasured") or ["everything the plan needed was measured or computed"])
     return page
+
+
+def _sharding_rows(request: dict, document: dict) -> list[tuple[str, str]]:
+    sharding = request.get("sharding")
+    if not sharding:
+        return []
+    rows = []
+    if sharding.get("strategy"):
+        rows.append(("sharding", f"{sharding['strategy']} over {sharding['gpus']} GPUs, "
+                                 f"{sharding.get('gpus_per_node') or min(sharding['gpus'], 8)} a node, offload "
+                                 f"{sharding['offload']}"))
+    if document.get("tokens"):
+        rows.append(("the job", f"{document['tokens']:,} tokens"))
+    return rows
+
+
+def _sharded_section(page: Page, sharded: dict) -> None:
+    page.heading("Memory per GPU, sharded")
+    rows = [("weights", sharded["weights_bytes"]), ("gradients", sharded["gradients_bytes"]),
+            ("optimizer state", sharded["optimizer_bytes"]), ("gathered (unsharded units)", sharded["gathered_bytes"]),
+            ("communication buffers", sharded["buffers_bytes"]), ("activations", sharded["activations_bytes"]),
+            ("overhead", sharded["overhead_bytes"]), ("peak", sharded["peak_bytes"]),
+            ("offloaded to host RAM", sharded["host_bytes"]), ("sent per step", sharded["communication_bytes"]),
+            ("of it between nodes", sharded["network_bytes"])]
+    page.table(["part", "bytes a GPU"], [(name, size_text(size)) for name, size in rows],
+               caption=f"{sharded['strategy']} over {sharded['gpus']} GPUs, the state divided by {sharded['degree']}; "
+                       f"peak at {sharded['peak_moment']}. Layout: {sharded['layout']}.")
+
+
+def _gpus_section(page: Page, document: dict) -> None:
+    gpus = document["request"].get("sharding", {}).get("gpus", 1)
+    page.heading("What fits, how fast, what it costs" + (f": {gpus} of each GPU" if gpus > 1 else ": one GPU"))
+
+    def money(value) -> str:
+        return "NA" if value is None else money_text(value)
+
+    rows = []
+    for gpu in document["gpus"]:
+        time = gpu.get("time")
+        hours = "NA" if gpu.get("hours") is None else \
+            f"{duration_text(gpu['hours'])} ({duration_text(gpu['hours_low'])}-{duration_text(gpu['hours_high'])})"
+        rows.append((gpu["name"], bytes_text(gpu["memory_bytes"], "GiB", 0), "yes" if gpu["fits"] else "no",
+                     f"{gpu['max_batch_size']:,}", f"{gpu['max_sequence_length']:,}", gpu["precision"],
+                     "NA" if not time else rate_text(time["tokens_per_s_per_gpu"]), hours,
+                     money(gpu.get("cost_rent_usd")), money(gpu.get("cost_buy_usd")), gpu["notes"]))
+    page.table(["GPU", "memory", "fits", f"max batch at {document['sequence_length']} tokens",
+                f"max tokens at batch {document['request']['batch_size']}", "precision", "tokens/s a GPU",
+                f"hours for {document.get('tokens', 0):,} tokens", "rent, the job", "buy, as sold", "notes"], rows)
+
+
+def _host_section(page: Page, host: dict) -> None:
+    page.heading(f"Host: {host['gpus']} x {host['gpu']} a node")
+    loading = "; ".join(f"{way}: {bytes_text(size, 'GiB', 1)}" for way, size in host["loading"].items())
+    page.table(["", "size", "how"],
+               [("RAM", f"{bytes_text(host['ram_bytes'], 'GiB', 0)} (at least "
+                        f"{bytes_text(host['ram_minimum_bytes'], 'GiB', 0)})", host["ram_reason"]),
+                ("loading the checkpoint", host["loading_assumed"], loading),
+                ("disk", bytes_text(host["disk_bytes"], "GiB", 0), host["disk_reason"]),
+                ("CPU cores", str(host["cpu_cores"]), host["cpu_reason"]),
+                ("power supply", f"{host['psu_watts']:,} W", host["psu_arithmetic"])],
+               caption=f"{host['system']}; {host['nodes']} node(s).")
