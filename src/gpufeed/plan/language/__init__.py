@@ -10,6 +10,7 @@ Modules:
 - sharding.py: the state sharded over GPUs (ddp, ZeRO 1-3, FSDP2, HSDP, offload): bytes per GPU, on the host and
   sent per step
 - throughput.py: tokens per second per GPU: the traced FLOPs at a fitted efficiency, communication over the link
+- host.py: the node around the GPUs the job uses: RAM, checkpoint loading, disk, cores, power supply
 - run.py: LanguagePlanRequest, make_language_plan and language_plan_json: memory and what fits per GPU
 - check.py: --check for a language model, the model given real weights in the plan's dtypes
 """
