@@ -39,7 +39,7 @@ def test_a_sharded_node_loads_its_shard_and_holds_the_offloaded_state():
                             "meta-device init, each rank reads its shard": 2 * T // 2}
     assert host.loading_assumed == "meta-device init, each rank reads its shard"
     assert host.offloaded_bytes == 8 * (8 * T // 16)  # each rank's optimizer shard, 8 ranks on the node
-    assert f"{8} loader workers x {WORKER_BYTES / GIB:.1f} GiB" in host.ram_reason
+    assert f"8 loader workers x {WORKER_BYTES / 2**20:.1f} MiB" in host.ram_reason
     assert host.disk_bytes == 2 * T + 4 * (4 * T + 8 * T) + 4 * 10**6  # Llama 3's vocabulary needs uint32
     # 8 H100 SXM on their board: the server rule, 8 x 700 + 700 + 0.7 x 5,600 = 10,220 W -> 4 x 3,000 W
     assert host.psu_watts == 12_000 and "the board holds" not in host.psu_arithmetic

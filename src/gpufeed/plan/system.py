@@ -253,7 +253,7 @@ def plan_host(spec: GpuSpec, system: BoughtSystem, dataset_bytes: int, cache_dat
     else:
         watts, arithmetic = psu_watts([spec.tdp_w] * gpus, cpu_tdp_w)
     if gpus < system.gpus_per_system:
-        idle = f" (sized for the {gpus} GPUs the job uses; the system holds {system.gpus_per_system})"
+        idle = f" (sized for the {gpus} GPU{'s' * (gpus != 1)} the job uses; the system holds {system.gpus_per_system})"
         ram_reason, arithmetic = ram_reason + idle, arithmetic + idle
     generation, lanes = link or (spec.pcie_generation, spec.pcie_lanes)
     disk_reason += (f"; reads {bytes_text(read_rate, 'MiB', 0)}/s while the data is not in the page cache"

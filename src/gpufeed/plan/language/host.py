@@ -30,7 +30,7 @@ from gpufeed.plan.hosts import server_power, system_to_buy
 from gpufeed.plan.language.sharding import SHARDS_WEIGHTS, ShardedMemory
 from gpufeed.plan.memory import MemoryEstimate
 from gpufeed.plan.system import host_ram, psu_watts, round_ram
-from gpufeed.units import bytes_text
+from gpufeed.units import size_text
 
 CHECKPOINT_BYTES = 2  # a weight in a hub checkpoint (bf16)
 WORKER_BYTES = 512 * 2**20  # one loader process: the interpreter, torch and a memory-mapped token file (a default)
@@ -63,7 +63,11 @@ class LanguageHost:
 
 
 def _gib(value: float) -> str:
-    return bytes_text(value, "GiB", 1, grouped=False)
+    return size_text(value, 1, 1) if value else "0"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' if count != 1 else ''}"
 
 
 def token_bytes(vocabulary: int) -> int:
@@ -90,7 +94,7 @@ def plan_language_host(spec: GpuSpec, memory: MemoryEstimate, sharded: ShardedMe
     ideal, minimum, rule = host_ram(spec.memory_bytes * per_node)
     needed = round_ram(held)
     ram_reason = (f"{rule}; the job holds {_gib(held)}: loading ({assumed}) {_gib(loading[assumed])} + offloaded "
-                  f"state {_gib(offloaded)} + {per_node * LOADER_WORKERS_PER_GPU} loader workers x "
+                  f"state {_gib(offloaded)} + {_plural(per_node * LOADER_WORKERS_PER_GPU, 'loader worker')} x "
                   f"{_gib(WORKER_BYTES)} -> {_gib(needed)}")
     checkpoint = memory.trainable_weights_bytes + memory.optimizer_bytes
     trained = "weights" if method == "full" else f"the {memory.trainable_parameters:,} adapter weights"
@@ -101,14 +105,16 @@ def plan_language_host(spec: GpuSpec, memory: MemoryEstimate, sharded: ShardedMe
                    f"({saved} = {_gib(checkpoint)}) + {tokens:,} tokens x {token_bytes(vocabulary)} B "
                    f"{_gib(stored)} = {_gib(disk)}, on the node that saves (or shared storage)")
     cores = per_node * (1 + LOADER_WORKERS_PER_GPU)
-    cpu_reason = f"{per_node} GPUs x (1 training process + {LOADER_WORKERS_PER_GPU} loader worker) = {cores}"
+    cpu_reason = (f"{_plural(per_node, 'GPU')} x (1 training process + "
+                  f"{_plural(LOADER_WORKERS_PER_GPU, 'loader worker')}) = {cores}")
     system = system_to_buy(spec, per_node)
     if system.kind == "server":
         watts, arithmetic = server_power(spec.tdp_w, per_node, spec)
     else:
         watts, arithmetic = psu_watts([spec.tdp_w] * per_node)
     if system.gpus_per_system > per_node:
-        arithmetic += f" (sized for the {per_node} GPUs the job uses; the board holds {system.gpus_per_system})"
+        arithmetic += (f" (sized for the {_plural(per_node, 'GPU')} the job uses; the board holds "
+                       f"{system.gpus_per_system})")
     return LanguageHost(gpu=spec.name, gpus=per_node, nodes=nodes, system=system.text,
                         ram_bytes=max(ideal, needed), ram_minimum_bytes=max(minimum, needed), ram_reason=ram_reason,
                         loading=loading, loading_assumed=assumed, offloaded_bytes=offloaded, disk_bytes=disk,

@@ -237,7 +237,7 @@ def _gpu_fit(spec, memory: MemoryEstimate, units, sharding: Sharding, needed: in
     system = system_to_buy(spec, sharding.gpus)
     buy = None if spec.price_usd is None else spec.price_usd * system.gpus
     if system.gpus > sharding.gpus:
-        notes.append(f"to buy: {system.text}")
+        notes.append(f"to buy: {system.text.replace('; ', ', ')}")  # one note: the table splits notes at '; '
     if is_na(time):
         notes.append(f"time unknown: {time.reason}")
         return GpuFit(spec.name, spec.memory_bytes, True, batch, length, planned, "; ".join(notes),
