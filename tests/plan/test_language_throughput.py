@@ -111,3 +111,14 @@ def test_a_sharded_plan_on_the_command_line_keeps_its_figures_consistent(tmp_pat
     assert timed >= 10 and document["host"]["gpus"] == 2
     page = (tmp_path / "plan.html").read_text()
     assert "Memory per GPU, sharded" in page and "Host: 2 x" in page
+
+
+def test_the_language_table_fits_100_columns_with_its_notes_as_footnotes(capsys):
+    pytest.importorskip("transformers")
+    assert main(["plan", "--model", "gpt2", "--seq-len", "128", "--gpus", "2", "--shard", "fsdp"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    header = next(index for index, line in enumerate(shown) if line.split()[:2] == ["GPU", "fits"])
+    table = shown[header:header + 26]  # the header, its rule and the catalog's 24 cards
+    assert all(len(line) <= 100 for line in table) and "tok/s a GPU" in table[0]
+    marks = {mark for line in table[2:] for mark in (line.split()[-1].split(",") if "[" in line else [])}
+    assert marks and all(any(line.startswith(f"{mark} ") for line in shown) for mark in marks)

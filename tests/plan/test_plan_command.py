@@ -149,8 +149,14 @@ def test_bf16_falls_back_to_fp16_on_t4_and_v100_and_rent_is_per_hour_and_per_job
     assert t4["rent_usd_per_hour"] == 0.35 and t4["cost_rent_usd"] == pytest.approx(0.35 * t4["hours"])
     assert "/h, " in document["recommendation"] and "for the job" in document["recommendation"]
     assert main(["plan", *MLP, "--precision", "bf16"]) == 0
-    shown = capsys.readouterr().out
-    assert "rent $/h" in shown and "rent $/job" in shown and "0.35" in shown
+    shown = capsys.readouterr().out.splitlines()
+    header = next(index for index, line in enumerate(shown) if line.split()[:2] == ["GPU", "fits"])
+    table = shown[header:header + len(document["gpus"]) + 2]
+    assert "rent $" in table[0] and all(len(line) <= 100 for line in table)  # the table fits 100 columns
+    row = next(line for line in table if line.split()[0] == "T4")
+    assert f"{t4['cost_rent_usd']:.2f}" in row
+    mark = row.split()[-1]  # its note as a footnote: [n]
+    assert any(line.startswith(f"{mark} no bf16 on Turing") for line in shown)
 
 
 def test_precision_tf32(capsys):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich import box
 from rich.table import Table
 
 from gpufeed.cli.output import (
@@ -111,6 +112,7 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=run)
 
 
+COMPACT = dict(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)  # the GPU tables fit 100 columns
 IMAGE_ONLY = ("input", "classes", "dataset_size", "data", "image_size", "source_gib", "encoding", "max_side",
               "channels_last", "target_hours")
 LANGUAGE_ONLY = ("seq_len", "method", "lora_rank", "lora_alpha", "lora_targets", "frozen_dtype", "shard",
@@ -258,22 +260,38 @@ def _host(plan) -> None:
         console.print(f"  link: {note}")
 
 
+def _marks(notes: str, footnotes: dict[str, int]) -> str:
+    """A row's notes ('; '-separated) as footnote marks, each distinct note numbered once in `footnotes`."""
+    marks = [footnotes.setdefault(note, len(footnotes) + 1) for note in filter(None, notes.split("; "))]
+    return ",".join(f"[{mark}]" for mark in marks)
+
+
+def _print_footnotes(footnotes: dict[str, int]) -> None:
+    for note, mark in footnotes.items():
+        console.print(f"\\[{mark}] {note}", highlight=False)
+
+
 def _show(plan) -> None:
     _memory(plan)
     _host(plan)
-    ranking = Table(title=f"GPUs ranked ({plan.request.gpus} per run; rent per GPU-hour, buy as sold)")
-    for column in ("GPU", "fits", "max batch", "precision", "samples/s", "time (band)", "rent $/h", "rent $/job",
-                   "buy $ (GPUs)", "energy kWh", "notes"):
-        ranking.add_column(column)
+    ranking = Table(title=f"GPUs ranked ({plan.request.gpus} per run; rent for the job at the catalog's $ per "
+                          f"GPU-hour, buy as sold)", **COMPACT)
+    for column, justify in (("GPU", "left"), ("fits", "left"), ("batch", "right"), ("samples/s", "right"),
+                            ("time", "right"), ("rent $", "right"), ("buy $ (GPUs)", "right"), ("kWh", "right"),
+                            ("", "left")):
+        ranking.add_column(column, justify=justify)
+    footnotes: dict[str, int] = {}
     for option in plan.gpus:
-        hours = NA if option.hours is None else (f"{duration_text(option.hours)} ({duration_text(option.hours_low)}"
-                                                   f" to {duration_text(option.hours_high)})")
+        hours = NA if option.hours is None else duration_text(option.hours)
         buy = NA if option.cost_buy_usd is None else f"{option.cost_buy_usd:,.0f} ({option.buy_gpus})"
-        ranking.add_row(option.name, "yes" if option.fits else "no", str(option.max_batch_size), option.precision,
-                        rate_text(option.samples_per_s), hours,
-                        fixed(option.rent_usd_per_hour, 2), fixed(option.cost_rent_usd, 2), buy,
-                        fixed(option.energy_kwh, 1), option.notes)
+        ranking.add_row(option.name.removeprefix("NVIDIA "), "yes" if option.fits else "no",
+                        f"{option.max_batch_size:,}", rate_text(option.samples_per_s), hours,
+                        fixed(option.cost_rent_usd, 2), buy, fixed(option.energy_kwh, 1),
+                        _marks(option.notes, footnotes))
     console.print(ranking)
+    _print_footnotes(footnotes)
+    console.print("time: the middle of each card's band; the band, the precision and the rent per GPU-hour are in "
+                  "--json and --html")
     console.print(f"[bold]recommendation[/bold]: {plan.recommendation}")
     for line in plan.unmeasured:
         console.print(f"[dim]not measured: {line}[/dim]")
@@ -389,23 +407,19 @@ def _show_language(plan) -> None:
     gpus = request.sharding.gpus
     where = f"{gpus} of each GPU" if gpus > 1 else "one GPU"
     table = Table(title=f"{where} for {plan.tokens:,.0f} tokens: the largest micro-batch of {plan.sequence_length} "
-                        f"tokens, the longest sequence at batch {request.batch_size}")
+                        f"tokens, the longest sequence at batch {request.batch_size}", **COMPACT)
     for column, justify in (("GPU", "left"), ("fits", "left"), ("batch", "right"), ("tokens", "right"),
                             ("tok/s a GPU", "right"), ("hours", "right"), ("rent $", "right"), ("", "left")):
         table.add_column(column, justify=justify)
     footnotes: dict[str, int] = {}
     for gpu in plan.gpus:
-        marks = []
-        for note in filter(None, gpu.notes.split("; ")):
-            marks.append(footnotes.setdefault(note, len(footnotes) + 1))
         rate = NA if gpu.time is None else rate_text(gpu.time.tokens_per_s_per_gpu)
         hours = NA if gpu.hours is None else duration_text(gpu.hours)
         rent = NA if gpu.cost_rent_usd is None else f"{gpu.cost_rent_usd:,.0f}"
         table.add_row(gpu.name.removeprefix("NVIDIA "), "yes" if gpu.fits else "no", f"{gpu.max_batch_size:,}",
-                      f"{gpu.max_sequence_length:,}", rate, hours, rent, ",".join(f"[{mark}]" for mark in marks))
+                      f"{gpu.max_sequence_length:,}", rate, hours, rent, _marks(gpu.notes, footnotes))
     console.print(table)
-    for note, mark in footnotes.items():
-        console.print(f"[{mark}] {note}", highlight=False)
+    _print_footnotes(footnotes)
     if plan.recommendation:
         console.print(f"[bold]recommendation[/bold]: {plan.recommendation}")
     _language_host(plan.host)
