@@ -356,6 +356,10 @@ def _language_memory(plan) -> None:
         rule = "6N + 12·L·h·s" if request.tune.method == "full" else "4N + 2N_trained + 12·L·h·s: no weight " \
                                                                       "gradients for the frozen base"
         console.print(f"training FLOPs per token ({rule}): {plan.flops_per_token:,}")
+    if memory.step_flops:
+        tokens = memory.batch_size * plan.sequence_length
+        console.print(f"the step as traced: {memory.step_flops / tokens:,.0f} FLOPs a token (attention by torch's "
+                      f"formulas{', the recomputed forward' if tune.checkpointing else ''}); the times below use it")
 
 
 def _sharded_memory(plan) -> None:

@@ -77,6 +77,10 @@ def language_plan_page(document: dict) -> Page:
         rule = "6N + 12·L·h·s" if tune["method"] == "full" else "4N + 2N_trained + 12·L·h·s: no weight gradients " \
                                                                 "for the frozen base"
         page.paragraph(f"Training FLOPs per token ({rule}): {document['flops_per_token']:,}.")
+    if memory.get("step_flops"):
+        tokens = memory["batch_size"] * document["sequence_length"]
+        page.paragraph(f"The step as traced: {memory['step_flops'] / tokens:,.0f} FLOPs a token (attention by torch's "
+                       f"formulas{', the recomputed forward' if tune['checkpointing'] else ''}); the times use it.")
     if sharded:
         _sharded_section(page, sharded)
     _gpus_section(page, document)
