@@ -410,8 +410,9 @@ def _show_language(plan) -> None:
     request = plan.request
     gpus = request.sharding.gpus
     where = f"{gpus} of each GPU" if gpus > 1 else "one GPU"
-    table = Table(title=f"{where} for {plan.tokens:,.0f} tokens: the largest micro-batch of {plan.sequence_length} "
-                        f"tokens, the longest sequence at batch {request.batch_size}", **COMPACT)
+    table = Table(title=f"{where}, {plan.tokens:,.0f} tokens at batch {request.batch_size} x {plan.sequence_length}; "
+                        f"batch: the largest that fits at {plan.sequence_length} tokens, tokens: the longest sequence "
+                        f"at batch {request.batch_size}", **COMPACT)
     for column, justify in (("GPU", "left"), ("fits", "left"), ("batch", "right"), ("tokens", "right"),
                             ("tok/s a GPU", "right"), ("hours", "right"), ("rent $", "right"), ("", "left")):
         table.add_column(column, justify=justify)

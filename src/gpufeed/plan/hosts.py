@@ -80,3 +80,11 @@ def server_power(gpu_tdp_w: float, gpus: int, spec: GpuSpec | None = None) -> tu
         text += (f"; {spec.reference_system} states {spec.reference_system_power_w:,.0f} W at most "
                  f"({spec.reference_system_source})")
     return supplies * SERVER_SUPPLY_W, text
+
+
+def buy_note(spec: GpuSpec, system: BoughtSystem, gpus: int) -> str:
+    """'to buy: N GPUs as sold (4- or 8-GPU boards)' when more GPUs are bought than the run uses, else ''."""
+    if system.gpus <= gpus:
+        return ""
+    boards = f" ({'- or '.join(str(n) for n in spec.system_gpus)}-GPU boards)" if spec.sold_as_systems else ""
+    return f"to buy: {system.gpus} GPUs as sold{boards}"

@@ -21,7 +21,7 @@ from typing import Protocol
 from gpufeed.hardware.catalog import GpuSpec
 from gpufeed.hardware.na import is_na
 from gpufeed.plan.compute import ComputeEstimate, efficiency_of, hours_for
-from gpufeed.plan.hosts import system_to_buy
+from gpufeed.plan.hosts import buy_note, system_to_buy
 from gpufeed.plan.roofline import model_flops_utilisation, step_time
 from gpufeed.plan.traffic import StepTraffic
 from gpufeed.units import bytes_text, duration_text, money_text
@@ -116,9 +116,8 @@ def _option(spec: GpuSpec, plan: PrecisionPlan, compute: ComputeEstimate, precis
     per_hour = None if spec.rent_usd_per_hour is None else spec.rent_usd_per_hour * gpus
     cost_rent = None if per_hour is None or hours is None else per_hour * hours
     energy = None if hours is None else spec.tdp_w * gpus * hours / 1000
-    if system.gpus > gpus:
-        boards = f" ({'- or '.join(str(n) for n in spec.system_gpus)}-GPU boards)" if spec.sold_as_systems else ""
-        notes.append(f"to buy: {system.gpus} GPUs as sold{boards}")
+    if buy_note(spec, system, gpus):
+        notes.append(buy_note(spec, system, gpus))
     if gpus > 1 and hours is not None:
         notes.append(f"{gpus} cards assumed to scale linearly")
     return GpuOption(name=spec.name, fits=fits, max_batch_size=max_batch, memory_bytes=spec.memory_bytes,

@@ -22,7 +22,7 @@ from gpufeed.errors import ConfigError
 from gpufeed.hardware.catalog import load_catalog, match_gpu
 from gpufeed.hardware.na import is_na
 from gpufeed.measure.transformer_flops import attention_shape, multiplied_parameters, training_flops_per_token
-from gpufeed.plan.hosts import system_to_buy
+from gpufeed.plan.hosts import buy_note, system_to_buy
 from gpufeed.plan.language.host import LanguageHost, plan_language_host
 from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model, resolve_language_model
 from gpufeed.plan.language.nf4 import parameter_elements
@@ -236,8 +236,8 @@ def _gpu_fit(spec, memory: MemoryEstimate, units, sharding: Sharding, needed: in
     time = language_time(memory, units, sharding, spec, planned)
     system = system_to_buy(spec, sharding.gpus)
     buy = None if spec.price_usd is None else spec.price_usd * system.gpus
-    if system.gpus > sharding.gpus:
-        notes.append(f"to buy: {system.text.replace('; ', ', ')}")  # one note: the table splits notes at '; '
+    if buy_note(spec, system, sharding.gpus):
+        notes.append(buy_note(spec, system, sharding.gpus))
     if is_na(time):
         notes.append(f"time unknown: {time.reason}")
         return GpuFit(spec.name, spec.memory_bytes, True, batch, length, planned, "; ".join(notes),
