@@ -180,6 +180,9 @@ def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
         unmeasured.append("FLOPs per token: the model's layers and width are not known (a factory)")
     if request.tokens is None:
         unmeasured.append(f"the job's size: --tokens not given; hours and cost are for {DEFAULT_TOKENS:,} tokens")
+    if sharding.offload != "none":
+        unmeasured.append(f"the time of --offload {sharding.offload}: the copies between host and GPU each step and "
+                          f"the optimizer step on the CPU are not in it (they can take longer than the GPU's step)")
     notes = list(built.get("notes", ()))
     notes.append(f"time: {LANGUAGE_EFFICIENCY_SOURCE}")
     if sharded is not None and saved:
