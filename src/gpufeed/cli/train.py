@@ -155,7 +155,7 @@ class _Screen:
                 busy += f" (NVML {event.gpu_utilization_percent:.0f}%)"
             self.progress.update(self.task, completed=event.step, description=(
                 f"epoch {event.epoch + 1} loss {event.loss:.3f} {fixed(event.samples_per_s, 0, 'samples/s')} "
-                f"data wait {event.data_wait_fraction:.0%}{busy}"))
+                f"(last interval) data wait {event.data_wait_fraction:.0%}{busy}"))
 
     def _started(self, event: RunStarted) -> None:
         if not self.quiet:
@@ -228,9 +228,11 @@ def _summary(result: TrainResult) -> None:
     busy = not_available("CPU") if result.device_busy_fraction is None else percent(result.device_busy_fraction, 1)
     console.print(f"[bold]done[/bold]: validation accuracy {result.validation_accuracy:.2%} "
                   f"(loss {result.validation_loss:.3f}) after {result.steps} steps, {result.seconds:.1f} s")
-    console.print(f"  throughput {fixed(result.samples_per_s, 0, 'samples/s')}, "
+    console.print(f"  throughput {fixed(result.samples_per_s, 0, 'samples/s')} over the whole run, "
                   f"data wait {percent(result.data_wait_fraction, 1)}, device busy {busy}, "
                   f"peak memory {bytes_text(result.peak_memory_bytes, 'MiB', 0)}")
+    if result.precision_reason:
+        console.print(f"  precision {result.precision}: {result.precision_reason}", markup=False)
     console.print(f"  verdict: {result.verdict}")
     if result.out:
         console.print(f"  files in {result.out}: {read_contents(Path(result.out)).describe()}",

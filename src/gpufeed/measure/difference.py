@@ -145,6 +145,19 @@ def is_real(interval: Interval | None, reference: float | None = None) -> bool |
     return bool(interval.low >= band or interval.high <= -band)
 
 
+def clear_of(interval: Interval | None, ratio: float) -> int | None:
+    """Which side of NEW / BASE = `ratio` the whole ratio interval lies on: -1 below it, +1 above it, None when it
+    straddles it or is not computed. A choice made against a margin (train's automatic precision: bf16 at least
+    10% faster) is made only once the interval is clear of it."""
+    if interval is None or interval.ratio_low is None or interval.ratio_high is None:
+        return None
+    if interval.ratio_high < ratio - 1.0:
+        return -1
+    if interval.ratio_low > ratio - 1.0:
+        return 1
+    return None
+
+
 # The one wording of the outcomes, for rates (higher is better) as --try reports its gains.
 WORDS = {True: "", False: "not told apart from no change", None: "one pair: not judged"}
 

@@ -123,6 +123,7 @@ class TrainResult:
     steps_per_epoch: int | None = None  # optimizer steps an epoch (per rank); None in documents before it
     notes: list = dataclasses.field(default_factory=list)  # one-line remarks on the settings (e.g. batch lowered)
     train_samples: int | None = None  # samples an epoch covers (all ranks); None in documents before it
+    precision_reason: str = ""  # why: asked for, or auto's choice and its figures; "" in documents before it
     validation_samples: int | None = None
     data_description: str | None = None  # where both came from: "built-in: 50000 train, 10000 test images"
     # one entry per optimizer step of this run, as rank 0 measured it (three lists of equal length, steps_this_run):

@@ -6,7 +6,7 @@ import torch
 
 from gpufeed.measure.thresholds import MIN_STEPS_PER_EPOCH
 from gpufeed.train.batch_size import AUTO_BATCH_CEILING, find_batch_size
-from gpufeed.train.precision import resolve_precision, time_training_step
+from gpufeed.train.precision import resolve_precision, step_timer, time_training_step
 from gpufeed.train.step import Precision
 
 
@@ -19,13 +19,15 @@ def _cpu_has_bf16() -> bool:
 
 def choose_precision(name: str, model: torch.nn.Module, device: torch.device, sample_shape, classes: int,
                      batch_size: int = 128) -> Precision:
-    """`auto` on a CPU with bf16 instructions times a few steps of each precision on a copy of the model."""
+    """`auto` on a CPU with bf16 instructions times steps of each precision, interleaved, on copies of the model
+    (train/precision.py's probe); the global RNG is left as it was."""
     has_bf16 = device.type == "cpu" and name == "auto" and _cpu_has_bf16()
 
-    def time_step(precision: Precision) -> float:
-        return time_training_step(model, precision, device, batch_size, sample_shape, classes)
+    def timer(precision: Precision):
+        return step_timer(model, precision, device, batch_size, sample_shape, classes)
 
-    return resolve_precision(name, device, cpu_has_bf16=has_bf16, time_step=time_step)
+    with torch.random.fork_rng(devices=[]):
+        return resolve_precision(name, device, cpu_has_bf16=has_bf16, step_timer=timer)
 
 
 def choose_batch_size(requested, model: torch.nn.Module, precision: Precision, device: torch.device, sample_shape,
