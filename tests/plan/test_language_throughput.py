@@ -73,6 +73,7 @@ def test_across_nodes_the_ring_runs_at_the_network_and_unknown_links_are_na():
     (["--shard", "fsdp", "--gpus", "4", "--gpus-per-node", "8"], "must be between 1 and --gpus 4"),
     (["--gpus", "4"], "--gpus 4 needs --shard"),
     (["--tokens", "0"], "--tokens must be a whole number"),
+    (["--tokens", "1e6", "--dataset-size", "100"], "give the job's size once"),
 ])
 def test_bad_sharding_on_the_command_line_is_one_line_and_exit_2(words, message, capsys):
     assert main(["plan", "--model", "gpt2", *words]) == 2
@@ -81,16 +82,19 @@ def test_bad_sharding_on_the_command_line_is_one_line_and_exit_2(words, message,
 
 
 def test_a_sharded_plan_on_the_command_line_keeps_its_figures_consistent(tmp_path, capsys):
-    """gpt2 on 2 GPUs under zero2 for 10^8 tokens: per-GPU memory below the one-GPU step's, and for every card that
-    fits, hours = tokens / (tokens/s a GPU x 2) and rent = the catalog rate x 2 x hours; none where it does not fit."""
+    """gpt2 on 2 GPUs under zero2, 48,828 sequences of 512 tokens for 4 epochs (about 10^8 tokens): per-GPU memory
+    below the one-GPU step's, and for every card that fits, hours = tokens / (tokens/s a GPU x 2) and rent = the
+    catalog rate x 2 x hours; none where it does not fit."""
     pytest.importorskip("transformers")
     import json
 
     from gpufeed.hardware.catalog import load_catalog
 
     assert main(["plan", "--model", "gpt2", "--seq-len", "512", "--batch-size", "4", "--gpus", "2", "--shard",
-                 "zero2", "--tokens", "1e8", "--json", "-", "--html", str(tmp_path / "plan.html")]) == 0
+                 "zero2", "--dataset-size", "48828", "--epochs", "4", "--json", "-", "--html",
+                 str(tmp_path / "plan.html")]) == 0
     document = json.loads(capsys.readouterr().out)
+    assert document["tokens"] == 48828 * 4 * 512  # sequences x epochs x tokens a sequence
     sharded, memory = document["sharded"], document["memory"]
     assert sharded["strategy"] == "zero2" and sharded["peak_bytes"] < memory["peak_bytes"]
     # DeepSpeed's bf16 layout: the fp32 master weights join AdamW's state, and zero2 halves it over the 2 GPUs
@@ -105,7 +109,7 @@ def test_a_sharded_plan_on_the_command_line_keeps_its_figures_consistent(tmp_pat
         if gpu["time"] is None:
             continue
         timed += 1
-        assert gpu["hours"] * 3600 * gpu["time"]["tokens_per_s_per_gpu"] * 2 == pytest.approx(10**8)
+        assert gpu["hours"] * 3600 * gpu["time"]["tokens_per_s_per_gpu"] * 2 == pytest.approx(document["tokens"])
         if rates[gpu["name"]] is not None:
             assert gpu["cost_rent_usd"] == pytest.approx(rates[gpu["name"]] * 2 * gpu["hours"])
     assert timed >= 10 and document["host"]["gpus"] == 2

@@ -82,8 +82,11 @@ def register(subparsers) -> None:
                         help="bf16 | fp16 | fp32 | tf32 (TF32 matrix products and convolutions) | fp64; bf16 "
                              "falls back to fp16 with a scaler on GPUs without it; for a language model also "
                              "bf16-true (weights, gradients and optimizer state in bf16)")
-    parser.add_argument("--dataset-size", type=int, default=None, help="samples per epoch (default 50000)")
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--dataset-size", type=int, default=None,
+                        help="samples per epoch (default 50000); for a language model, sequences of --seq-len tokens: "
+                             "the job's tokens are then dataset size x epochs x seq-len (instead of --tokens)")
+    parser.add_argument("--epochs", type=int, default=10,
+                        help="passes over the dataset (default 10); for a language model with --dataset-size")
     parser.add_argument("--gpus", type=int, default=1)
     parser.add_argument("--target-hours", type=float, default=None)
     parser.add_argument("--data", help="a packed dataset: its shape, classes and size fill the defaults")
@@ -113,7 +116,7 @@ def register(subparsers) -> None:
 
 
 COMPACT = dict(box=box.SIMPLE_HEAD, collapse_padding=True, pad_edge=False)  # the GPU tables fit 100 columns
-IMAGE_ONLY = ("input", "classes", "dataset_size", "data", "image_size", "source_gib", "encoding", "max_side",
+IMAGE_ONLY = ("input", "classes", "data", "image_size", "source_gib", "encoding", "max_side",
               "channels_last", "target_hours")
 LANGUAGE_ONLY = ("seq_len", "method", "lora_rank", "lora_alpha", "lora_targets", "frozen_dtype", "shard",
                  "gpus_per_node", "tokens")
@@ -154,6 +157,8 @@ def _language_request(args):
                           f"the state, hsdp across nodes")
     if args.tokens is not None and (args.tokens < 1 or args.tokens != int(args.tokens)):
         raise ConfigError(f"--tokens must be a whole number of tokens, at least 1, got {args.tokens:g}")
+    if args.tokens is not None and args.dataset_size is not None:
+        raise ConfigError("give the job's size once: --tokens, or --dataset-size (sequences) with --epochs")
     sharding = Sharding(args.shard, args.gpus, args.gpus_per_node, args.offload)
     if args.check and args.shard is not None:
         raise ConfigError("--check runs the one-GPU step here; leave out --shard (a sharded plan's accounting is "
@@ -162,7 +167,7 @@ def _language_request(args):
                                tune=tune, optimizer=args.optimizer, precision=args.precision,
                                frozen_dtype=args.frozen_dtype or "bf16", grad_accumulation=args.grad_accumulation,
                                sharding=sharding, tokens=None if args.tokens is None else int(args.tokens),
-                               host_gpu=args.host_gpu)
+                               host_gpu=args.host_gpu, dataset_sequences=args.dataset_size, epochs=args.epochs)
 
 
 def _request(args):

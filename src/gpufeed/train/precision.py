@@ -42,11 +42,12 @@ class PrecisionProbe:
         spread = "" if self.speedup_low is None else f" ({self.speedup_low:.2f}-{self.speedup_high:.2f}x)"
         measured = (f"bf16 measured {self.speedup:.2f}x fp32's speed{spread} over {len(self.bf16_s)} interleaved "
                     f"rounds on this CPU")
+        needed = f"the {1 + PROBE_MARGIN:.1f}x needed"
         if self.outcome == "bf16":
-            return f"auto: {measured}: bf16"
+            return f"auto: {measured}, above {needed}"
         if self.outcome == "fp32":
-            return f"auto: {measured}, not {1 + PROBE_MARGIN:.1f}x: kept fp32"
-        return f"auto: {measured}: not told apart from the {PROBE_MARGIN:.0%} margin, kept fp32"
+            return f"auto: {measured}, below {needed}: kept fp32"
+        return f"auto: {measured}: not told apart from {needed}, kept fp32"
 
 
 def probe_bf16(time_fp32: Callable[[], float], time_bf16: Callable[[], float],

@@ -51,6 +51,8 @@ class LanguagePlanRequest:
     sharding: Sharding = field(default_factory=Sharding)
     tokens: int | None = None  # the job's tokens, all GPUs together (None: DEFAULT_TOKENS)
     host_gpu: str | None = None  # plan the node around this catalog GPU (None: the cheapest to rent that fits)
+    dataset_sequences: int | None = None  # with `epochs`, the job's tokens: sequences x epochs x sequence length
+    epochs: int = 1
 
     def __post_init__(self):
         if self.optimizer not in PLAN_OPTIMIZERS:
@@ -67,6 +69,9 @@ class LanguagePlanRequest:
             raise ConfigError(f"--seq-len must be a positive number of tokens, got {self.sequence_length}")
         if self.tokens is not None and self.tokens <= 0:
             raise ConfigError(f"--tokens must be a positive number of tokens to train on, got {self.tokens}")
+        for name, value in (("--dataset-size", self.dataset_sequences), ("--epochs", self.epochs)):
+            if value is not None and value <= 0:
+                raise ConfigError(f"{name} must be positive, got {value}")
 
 
 @dataclass(frozen=True)
@@ -171,19 +176,23 @@ def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
     capacities = sorted({max(spec.memory_bytes + saved, 1) for spec in catalog})
     fitting = language_fits(factory, capacities, sequence_length, request.batch_size,
                             max_positions=language_model.max_positions, **options)
-    tokens = request.tokens or DEFAULT_TOKENS
+    tokens = request.tokens or (request.dataset_sequences * request.epochs * sequence_length
+                                if request.dataset_sequences else DEFAULT_TOKENS)
     gpus = [_gpu_fit(spec, memory, units, sharding, needed, fitting[max(spec.memory_bytes + saved, 1)],
                      language_model, sequence_length, tokens) for spec in catalog]
     gpus.sort(key=lambda gpu: (not gpu.fits, gpu.hours is None, gpu.hours or 0.0, -gpu.memory_bytes, gpu.name))
     unmeasured = []
     if language_model.layers is None:
         unmeasured.append("FLOPs per token: the model's layers and width are not known (a factory)")
-    if request.tokens is None:
+    if request.tokens is None and request.dataset_sequences is None:
         unmeasured.append(f"the job's size: --tokens not given; hours and cost are for {DEFAULT_TOKENS:,} tokens")
     if sharding.offload != "none":
         unmeasured.append(f"the time of --offload {sharding.offload}: the copies between host and GPU each step and "
                           f"the optimizer step on the CPU are not in it (they can take longer than the GPU's step)")
     notes = list(built.get("notes", ()))
+    if request.tokens is None and request.dataset_sequences:
+        notes.append(f"the job: {request.dataset_sequences:,} sequences x {request.epochs} epochs x "
+                     f"{sequence_length:,} tokens = {tokens:,} tokens")
     notes.append(f"time: {LANGUAGE_EFFICIENCY_SOURCE}")
     if sharded is not None and saved:
         notes.append("largest batch and sequence when sharded: the one-GPU fit at the card's memory plus what "
