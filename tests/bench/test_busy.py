@@ -75,9 +75,9 @@ def test_a_spread_past_the_limit_is_named_and_sub_millisecond_jitter_is_not():
     assert verdict.busy and verdict.reasons == [
         f"the slowest repeat of the cnn fp32 training step at batch 256 on cpu took 5.0x its fastest (limit "
         f"{SPREAD_LIMIT:g}x for repeats over 1 ms apart)"]
-    assert spread_text(verdict) == ("worst spread of repeats 17.5x (matmul bf16 128 x 128 x 128 on cpu); of repeats "
-                                    "over 1 ms apart, the limit's concern, 5.0x, the cnn fp32 training step at "
-                                    "batch 256 on cpu")
+    assert spread_text(verdict) == ("worst spread of repeats 17.5x (matmul bf16 128 x 128 x 128 on cpu); of the "
+                                    "summary's measurements with repeats over 1 ms apart, the limit's concern, 5.0x, "
+                                    "the cnn fp32 training step at batch 256 on cpu")
     jitter = judge(reading(0, {}), reading(10, {}), 2, timings[:1])
     assert jitter.worst_spread == pytest.approx(17.5) and jitter.worst_spread_counted is None and not jitter.busy
 
@@ -93,3 +93,36 @@ def test_a_busy_verdict_leads_the_summary():
     verdict = judge(reading(0, {}, total=100.0, steal=0.0), reading(10, {}, total=120.0, steal=5.0), 2, [])
     sentences = summarise(BenchResult(machine=None, settings={"devices": ["cpu"]}, machine_busy=verdict))
     assert sentences[0] == "figures unreliable: the hypervisor gave 25% of CPU time to other guests (steal; limit 5%)."
+
+
+def test_a_kernel_the_summary_does_not_use_is_reported_not_judged():
+    """Issue 34's case: a 0.025 ms bf16 128^3 product whose slowest repeat was 49.7x its fastest (1.24 ms apart)
+    opened the summary with "figures unreliable" while the 1024^3 products it rests on spread 1.0-1.1x."""
+    small = ("matmul bf16 128 x 128 x 128 on cpu", 0.000025, 0.000025 * 49.7)
+    large = ("matmul fp32 1024 x 1024 x 1024 on cpu", 0.0074, 0.0081)
+    step = ("the cnn fp32 training step at batch 256 on cpu", 0.230, 0.240)
+    verdict = judge(reading(0, {}), reading(10, {}), 2, [large, step], reported=[small])
+    assert not verdict.busy and verdict.worst_spread == pytest.approx(49.7)
+    assert verdict.worst_spread_counted == pytest.approx(0.240 / 0.230)
+    assert "49.7x (matmul bf16 128 x 128 x 128 on cpu)" in spread_text(verdict)
+    judged = judge(reading(0, {}), reading(10, {}), 2, [large, step, small])  # were it used, it would count
+    assert judged.busy and "matmul bf16 128 x 128 x 128 on cpu took 49.7x" in judged.reasons[0]
+
+
+def test_the_summary_rests_on_each_device_best_product_and_the_crossover():
+    from gpufeed.bench.results import KernelResult
+    from gpufeed.bench.summary import summarised_kernels
+
+    def kernel(device, precision, size, tflops):
+        return KernelResult(op="matmul", device=device, precision=precision, size=size, flops=1, seconds_median=1.0,
+                            seconds_min=1.0, seconds_max=1.0, runs=3, tflops=tflops, fraction_of_peak=None,
+                            tf32_matmul=None, tf32_cudnn=None)
+
+    kernels = [kernel("cpu", "fp32", "128", 0.1), kernel("cpu", "fp32", "1024", 0.3),
+               kernel("cpu", "bf16", "1024", 1.1), kernel("cuda:0", "bf16", "1024", 500.0),
+               kernel("cuda:0", "fp32", "128", 0.05), kernel("cuda:0", "bf16", "128", 20.0)]
+    only_cpu = summarised_kernels(kernels, ["cpu"])
+    assert [(k.device, k.precision, k.size) for k in only_cpu] == [("cpu", "fp32", "1024")]
+    both = summarised_kernels(kernels, ["cpu", "cuda:0"])
+    assert [(k.device, k.precision, k.size) for k in both] == [
+        ("cpu", "fp32", "128"), ("cpu", "fp32", "1024"), ("cuda:0", "bf16", "1024"), ("cuda:0", "fp32", "128")]

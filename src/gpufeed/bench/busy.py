@@ -5,9 +5,10 @@
   the cores this process may use. Inside a container only the container's processes are visible; the load average
   is not used because in a container it is the host's;
 - steal: the share of all CPU time the hypervisor gave to other guests (psutil.cpu_times().steal, /proc/stat);
-- the timing spread: for each measurement, its slowest repeat over its fastest. Spreads under SPREAD_FLOOR_S in
-  absolute terms are ignored: an interrupt costs microseconds, while another process taking the core costs a
-  scheduler slice (milliseconds).
+- the timing spread: for each measurement the summary rests on (the training steps and the kernels its sentences
+  name: summary.summarised_kernels), its slowest repeat over its fastest. Spreads under SPREAD_FLOOR_S in absolute
+  terms are ignored: an interrupt costs microseconds, while another process taking the core costs a scheduler slice
+  (milliseconds). The other kernels' spreads are reported in the table, not held against the figures.
 Past any limit below, the figures are named unreliable. The limits are gpufeed's choices, stated in each reason.
 """
 
@@ -47,7 +48,8 @@ class MachineBusy:
     steal_share: float | None  # fraction of all CPU time
     worst_spread: float | None  # the largest spread of any measurement (measure.timing.spread: slowest / fastest)
     worst_spread_measurement: str | None
-    worst_spread_counted: float | None  # the largest among repeats over SPREAD_FLOOR_S apart: the limit's figure
+    worst_spread_counted: float | None  # the largest among the summary's measurements' repeats over SPREAD_FLOOR_S
+    # apart: the limit's figure
     worst_spread_counted_measurement: str | None
     window_s: float
     usable_cores: int
@@ -92,9 +94,11 @@ def others_cpu_seconds(start: CpuReading, end: CpuReading) -> float:
     return used
 
 
-def judge(start: CpuReading, end: CpuReading, usable_cores: int,
-          timings: Iterable[tuple[str, float, float]]) -> MachineBusy:
-    """The verdict for the window between `start` and `end`; `timings` are (measurement, fastest s, slowest s)."""
+def judge(start: CpuReading, end: CpuReading, usable_cores: int, timings: Iterable[tuple[str, float, float]],
+          reported: Iterable[tuple[str, float, float]] = ()) -> MachineBusy:
+    """The verdict for the window between `start` and `end`. `timings` are (measurement, fastest s, slowest s) of the
+    measurements the summary rests on, whose spread can make the figures unreliable; `reported` are the others the
+    tables show (a microsecond kernel's): their spread counts in `worst_spread`, never in the verdict."""
     window = max(end.wall_s - start.wall_s, 1e-9)
     share = others_cpu_seconds(start, end) / (window * max(usable_cores, 1))
     steal = None
@@ -102,11 +106,12 @@ def judge(start: CpuReading, end: CpuReading, usable_cores: int,
         elapsed = end.total_cpu_s - start.total_cpu_s
         steal = (end.steal_s - start.steal_s) / elapsed if elapsed > 0 else None
     worst, worst_what, counted, counted_what = None, None, None, None
-    for what, fastest, slowest in timings:
+    judged = [(what, fastest, slowest, True) for what, fastest, slowest in timings]
+    for what, fastest, slowest, counts in judged + [(w, f, s, False) for w, f, s in reported]:
         ratio = spread(fastest, slowest)
         if ratio is not None and (worst is None or ratio > worst):
             worst, worst_what = ratio, what
-        if ratio is not None and slowest - fastest > SPREAD_FLOOR_S and (counted is None or ratio > counted):
+        if counts and ratio is not None and slowest - fastest > SPREAD_FLOOR_S and (counted is None or ratio > counted):
             counted, counted_what = ratio, what
     reasons = []
     if share > OTHER_PROCESSES_LIMIT:
@@ -142,13 +147,15 @@ def busy_sentence(verdict: MachineBusy) -> str:
 
 
 def spread_text(verdict: MachineBusy) -> str:
-    """The worst spread of repeats, as the table shows it, and which measurement; spreads of repeats under
-    SPREAD_FLOOR_S apart (a sub-millisecond kernel's interrupts) are shown but not held against the figures."""
+    """The worst spread of repeats, as the table shows it, and which measurement; spreads of measurements the summary
+    does not use, or of repeats under SPREAD_FLOOR_S apart (a sub-millisecond kernel's interrupts), are shown but
+    not held against the figures."""
     if verdict.worst_spread is None:
         return "no repeated measurement"
     text = f"worst spread of repeats {verdict.worst_spread:.1f}x ({verdict.worst_spread_measurement})"
     if verdict.worst_spread_counted != verdict.worst_spread:
         counted = ("none" if verdict.worst_spread_counted is None else
                    f"{verdict.worst_spread_counted:.1f}x, {verdict.worst_spread_counted_measurement}")
-        text += f"; of repeats over {SPREAD_FLOOR_S * 1e3:g} ms apart, the limit's concern, {counted}"
+        text += (f"; of the summary's measurements with repeats over {SPREAD_FLOOR_S * 1e3:g} ms apart, the "
+                 f"limit's concern, {counted}")
     return text

@@ -21,7 +21,7 @@ from gpufeed.bench.kernels import conv_benchmark, matmul_sweep, with_fractions_o
 from gpufeed.bench.link import measure_link
 from gpufeed.bench.results import BenchResult, GpuAnswer, KernelResult, PrecisionRun, TrainStepResult
 from gpufeed.bench.steps import precision_runs, train_step_benchmark
-from gpufeed.bench.summary import summarise
+from gpufeed.bench.summary import summarise, summarised_kernels
 from gpufeed.errors import ConfigError
 from gpufeed.hardware.devices import resolve_device
 from gpufeed.hardware.na import is_na
@@ -205,7 +205,10 @@ def run_bench(devices: list[torch.device], precisions: tuple[str, ...], quick: b
     peaks = proven_peaks(peaks, [(k.device, k.precision, k.tflops, f"{k.op} {k.size}") for k in kernels])
     kernels = with_fractions_of_peak(kernels, peak_table(peaks))
     runs = _precision_runs(devices, precisions, sweep, say, unmeasured)
-    busy = judge(start, read_cpu(), usable_cores(), _timings(kernels, steps))
+    used = summarised_kernels(kernels, [str(device) for device in devices])
+    named = {id(kernel) for kernel in used}
+    busy = judge(start, read_cpu(), usable_cores(), _timings(used, steps),
+                 _timings([kernel for kernel in kernels if id(kernel) not in named], []))
     estimate = _gpu_answer(devices, machine, steps, say, unmeasured)
     settings = {"devices": [str(d) for d in devices], "precisions": list(precisions), "quick": quick,
                 "sweep": dataclasses.asdict(sweep),

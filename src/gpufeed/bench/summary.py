@@ -15,6 +15,16 @@ def _best(kernels: list[KernelResult], device: str, precision: str, op: str = "m
     return max(candidates, key=lambda k: k.tflops, default=None)
 
 
+def summarised_kernels(kernels: list[KernelResult], devices: list[str]) -> list[KernelResult]:
+    """The kernels the summary's sentences rest on: each device's best matrix product in its precision (fp32 on the
+    CPU, bf16 on a GPU) and, with a GPU beside the CPU, every fp32 matrix product of both (the crossover)."""
+    named = [_best(kernels, device, "fp32" if device == "cpu" else "bf16") for device in devices]
+    if "cpu" in devices and len(devices) > 1:
+        named += [k for k in kernels if k.precision == "fp32" and k.op == "matmul"]
+    chosen = {id(kernel) for kernel in named if kernel is not None}
+    return [kernel for kernel in kernels if id(kernel) in chosen]
+
+
 def _crossover(kernels: list[KernelResult], gpu: str) -> str | None:
     """The smallest matrix size at which the GPU beats the CPU in fp32."""
     cpu = {k.size: k.tflops for k in kernels if k.device == "cpu" and k.precision == "fp32" and k.op == "matmul"}

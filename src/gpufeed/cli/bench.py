@@ -83,10 +83,18 @@ def _gpu_table(answer) -> Table:
     return table
 
 
+def _peak_lines(peaks) -> list[str]:
+    """One line a device: each precision's dense peak the 'of peak' column divides by; how each was derived is in
+    --json and the page."""
+    by_device: dict[str, list[str]] = {}
+    for peak in peaks:
+        value = NA if peak.tflops is None else f"{peak.bound_word()}{peak.tflops:.3f}"
+        by_device.setdefault(peak.device, []).append(f"{peak.precision} {value}")
+    return [f"peaks on {device}, TFLOP/s: {', '.join(values)} (derivations: --json or --html)"
+            for device, values in by_device.items()]
+
+
 def _show(result) -> None:
-    for peak in result.peaks:
-        value = NA if peak.tflops is None else f"{peak.bound_word()}{peak.tflops:.3f} TFLOP/s"
-        console.print(f"peak {peak.device} {peak.precision}: {value} — {peak.derivation}")
     console.print(_kernel_table(result))
     console.print(_steps_table(result))
     for link in result.link:
@@ -98,6 +106,8 @@ def _show(result) -> None:
                       f"{run.validation_accuracy:.1%}, {run.seconds:.1f} s, {run.steps} steps")
     if result.gpu_estimate is not None:
         console.print(_gpu_table(result.gpu_estimate))
+    for line in _peak_lines(result.peaks):
+        console.print(line, highlight=False)
     for line in result.unmeasured:
         console.print(f"[dim]not measured: {line}[/dim]")
     if result.machine_busy is not None and not result.machine_busy.busy:  # a busy one leads the summary
