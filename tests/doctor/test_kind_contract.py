@@ -87,7 +87,9 @@ def test_a_registered_kind_reaches_the_report_the_page_the_terminal_and_the_plan
     assert "What to do first: Unstall the throwaway." in page and "unstall()" in page
     printed = terminal(report)
     assert f"verdict: {NAME}: 30% of the step (high)" in printed
-    assert "stalled_share 0.3, steps_seen 20" in printed and f"{NAME}: Unstall the throwaway." in printed
+    # the terminal shows the figures the kind declares (FIGURES), the rest of the evidence is in the documents
+    assert "stalled_share 0.3" in printed and "steps_seen" not in printed
+    assert f"{NAME}: Unstall the throwaway." in printed
     planned, notes = plan_experiments(report)
     assert [(e.kind, e.name, e.description) for e in planned] == [
         (NAME, "three_workers", "DataLoader(num_workers=3, persistent_workers=True)")]
@@ -134,3 +136,17 @@ def test_the_typed_evidence_reads_keys_the_detections_write() -> None:
         assert {field.name for field in dataclasses.fields(view)} <= written, view.__name__
     assert PrecisionEvidence.of(float64.evidence).autocast_seen is None  # the float64 finding has none
     assert PrecisionEvidence.of(float32.evidence).autocast_seen is False
+
+
+def test_the_terminal_shows_the_figures_each_kind_declares_the_rest_goes_to_the_documents():
+    from types import SimpleNamespace
+
+    from gpufeed.cli.doctor_show import carrying_figures
+    from gpufeed.doctor.findings import KINDS
+
+    evidence = {"getitem_ms": 21.2, "loader_workers": 0, "mean_wait_ms": 22.4, "data_wait_share": 0.76,
+                "collate_ms": 0.8}
+    shown = carrying_figures(SimpleNamespace(kind="input_bound", evidence=evidence))
+    assert list(shown) == list(KINDS["input_bound"].FIGURES) == ["data_wait_share", "mean_wait_ms", "loader_workers"]
+    unknown = carrying_figures(SimpleNamespace(kind="from_a_newer_gpufeed", evidence={"a": 1}))
+    assert unknown == {"a": 1}  # a kind this version does not know: all its evidence

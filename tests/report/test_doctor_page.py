@@ -196,3 +196,28 @@ def test_several_ranks_get_their_table_and_one_timeline_row_each():
     assert parsed.charts == 5  # the fixture's four and the ranks' timeline
     text = visible(parsed)
     assert "Ranks (2)" in text and "stopped: rank 0 failed" in text and "One row per rank" in text
+
+
+def _sentences(text: str) -> list[str]:
+    import re
+
+    return [sentence.strip() for sentence in re.split(r"(?<=[.!?])\s+", text) if len(sentence.strip()) > 25]
+
+
+@pytest.mark.parametrize("variant", ["fixture", "gpu", "compute_bound"])
+def test_no_sentence_is_said_twice_on_the_page(variant):
+    """Issue 34: the page repeated the verdict's meaning, its fix ("What to do first" and again in the finding's
+    section) and "Not verified by an experiment." for each untried finding."""
+    document = gpu_run() if variant == "gpu" else load()
+    if variant == "compute_bound":
+        healthy = {"kind": "compute_bound", "severity": "info", "share": 0.9, "confidence": "high",
+                   "evidence": {"compute_share": 0.9, "device_busy": None, "claimed_by_others": 0.1},
+                   "fix": None, "snippet": None, "gain": None}
+        document["findings"] = [healthy]
+        document["verdict"].update(primary="compute_bound", share=0.9)
+    text = visible(parse_page(render(document)))
+    import collections
+
+    repeated = [s for s, count in collections.Counter(_sentences(text)).items() if count > 1]
+    assert repeated == []
+    assert "Not verified by an experiment" not in text

@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpufeed.cli.output import console, error_console
+from gpufeed.doctor.findings import KINDS
 from gpufeed.doctor.findings.report import (
     gain_headline,
     gained_nothing,
@@ -30,12 +31,19 @@ def evidence_value(value) -> str:
     return str(value)
 
 
+def carrying_figures(finding) -> dict:
+    """The evidence a finding's kind declares as carrying it (its FIGURES, doctor/findings/kind.py), in that order;
+    all of it for a kind not in the registry. The rest is in --json and on the page."""
+    keys = KINDS[finding.kind].FIGURES if finding.kind in KINDS else tuple(finding.evidence)
+    return {key: finding.evidence[key] for key in keys if key in finding.evidence}
+
+
 def _findings_table(report) -> Table:
-    table = Table(title="findings")
+    table = Table(title="findings (the figures that carry each; all its evidence: --json or --html)")
     for column in ("kind", "severity", "share", "confidence", "evidence"):
         table.add_column(column, justify="right" if column == "share" else "left")
     for finding in report.findings:
-        evidence = ", ".join(f"{key} {evidence_value(value)}" for key, value in finding.evidence.items())
+        evidence = ", ".join(f"{key} {evidence_value(value)}" for key, value in carrying_figures(finding).items())
         table.add_row(finding.kind, finding.severity, f"{finding.share:.0%}", finding.confidence, Text(evidence))
     return table
 

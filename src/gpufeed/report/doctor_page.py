@@ -57,7 +57,7 @@ def doctor_page(document: dict) -> Page:
         _worker_memory(page, timeline[WorkerMemory.NAME], document["findings"])
     if document.get("ranks"):
         ranks_section(page, document["ranks"], timeline.get("ranks") or [])
-    _findings(page, document["findings"])
+    _findings(page, document["findings"], document["verdict"].get("primary"))
     _notes(page, document)
     return page
 
@@ -299,7 +299,9 @@ def _mean_reading(values: list[float | None]) -> float:
     return sum(taken) / len(taken) if taken else math.nan
 
 
-def _findings(page: Page, findings: list[dict]) -> None:
+def _findings(page: Page, findings: list[dict], primary: str | None) -> None:
+    """The findings' table, the verified gains, then a section a finding: what it means, its evidence, its fix and
+    what --try measured. The verdict's finding's meaning and fix are in the verdict above: said once."""
     page.heading("Findings")
     if not findings:
         page.paragraph("No finding.")
@@ -311,16 +313,20 @@ def _findings(page: Page, findings: list[dict]) -> None:
                 for finding in findings], classes=[f"sev-{finding['severity']}" for finding in findings])
     _gains(page, [finding for finding in findings if (finding.get("gain") or {}).get("measured") is not None])
     for finding in findings:
+        first = finding["kind"] == primary
         page.heading(f"{finding['kind']} ({finding['severity']}, {finding['confidence']} confidence)", level=3)
-        page.paragraph(KINDS.meaning(finding["kind"], "") + f"; {percent(finding['share'])} of the step time.")
+        share = f"{percent(finding['share'])} of the step time"
+        above = "what it means and what to do are" if finding.get("fix") else "what it means is"
+        page.paragraph(f"The verdict: {share}; {above} above." if first else
+                       KINDS.meaning(finding["kind"], "") + f"; {share}.")
         page.table(["evidence", "value"], [(key, number(value)) for key, value in finding["evidence"].items()])
-        if finding.get("fix"):
+        if finding.get("fix") and not first:
             page.paragraph(finding["fix"])
         if finding.get("snippet"):
             page.code(finding["snippet"])
         gain = finding.get("gain")
-        page.paragraph(f"Tried: {gain_headline(gain)}. How: {gain['how'].rstrip('.')}." if gain
-                       else "Not verified by an experiment.")
+        if gain:
+            page.paragraph(f"Tried: {gain_headline(gain)}. How: {gain['how'].rstrip('.')}.")
 
 
 def _measured(gain: dict | None) -> str:
