@@ -62,3 +62,21 @@ def test_every_shown_command_parses(where, line, command):
     except UsageError:
         pytest.fail(f"{where}:{line}: `{command}` no longer parses")
     assert callable(getattr(args, "handler", None))  # a command was chosen (doctor's own `command` shadows the name)
+
+
+def test_the_capture_script_keeps_the_lines_its_marker_asks_for():
+    """docs/captures.py, the one script that regenerates the documents' captured outputs: its line selection."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("captures", ROOT / "docs" / "captures.py")
+    captures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(captures)
+    output = ["gpufeed doctor: running x.py", "verdict: input_bound: 85%", "a table", "more", "verified: 2.1x",
+              "page: doctor.html"]
+    assert captures.kept(output, "all") == output
+    assert captures.kept(output, "1-2 -1") == ["gpufeed doctor: running x.py", "verdict: input_bound: 85%", "...",
+                                               "page: doctor.html"]
+    assert captures.kept(output, "/^verdict:/ /^verified:/") == ["...", "verdict: input_bound: 85%", "...",
+                                                                  "verified: 2.1x", "..."]
+    marked = [name for _, _, name, _ in captures.captures(None)]
+    assert "bench-quick" in marked and len(marked) == len(set(marked))  # each capture named once
