@@ -107,7 +107,7 @@ def language_time(memory: MemoryEstimate, units: ShardUnits | None, sharding: Sh
     in `precision`; NA when the card has no rate for it or a link the run needs is not known."""
     peak = peak_tflops(spec, _precision_rate(precision))
     if is_na(peak):
-        return NA(f"{spec.name}: no dense {precision} figure")
+        return NA(f"no dense {precision} figure in the catalog")
     if memory.step_flops <= 0:
         return NA("the traced step counted no FLOPs")
     micro = memory.grad_accumulation
@@ -122,10 +122,10 @@ def language_time(memory: MemoryEstimate, units: ShardUnits | None, sharding: Sh
             inside, network, link = link_rate(spec, plain)
             sent, between = communication_bytes(memory, units or ShardUnits((), 0, 0, 0, 0, 0), plain)
             if plain.nodes > 1 and network is None:
-                return NA(f"{spec.name}: no network rate between machines in the catalog for a run on "
+                return NA(f"no network rate between machines in the catalog for this card, and the run spans "
                           f"{plain.nodes} machines")
             if inside <= 0:
-                return NA(f"{spec.name}: no link between its GPUs in the catalog")
+                return NA("no link between its GPUs in the catalog")
             if plain.nodes > 1 and strategy != "hsdp":
                 communication = sent / (min(inside, network) * 1e9 * COLLECTIVE_EFFICIENCY)
             else:
