@@ -40,8 +40,8 @@ def test_the_probe_leaves_gradients_buffers_and_rng_as_it_found_them():
     captured = probe.capture(model, (inputs,), {}, 4)
     found, note = probe.run(captured)
     assert found is not None and found.batch == 4 and [f for f, _ in found.seconds] == [1, 2, 4]
-    # up to twice REPEATS rounds: more while the times are out of the order of their work (flat here)
-    assert all(seconds > 0 for _, seconds in found.seconds) and 1 <= found.repeats <= 2 * probe.REPEATS
+    # up to UNSETTLED_ROUNDS rounds: more while the times are out of the order of their work (flat here)
+    assert all(seconds > 0 for _, seconds in found.seconds) and 1 <= found.repeats <= probe.UNSETTLED_ROUNDS
     assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), grads, strict=True))
     assert all(torch.equal(b, saved) for b, saved in zip(model.buffers(), buffers, strict=True))
     assert torch.equal(torch.get_rng_state(), rng)
@@ -78,8 +78,12 @@ def test_rounds_go_on_while_the_first_input_is_slower_than_the_watched_steps(mon
     assert probe.time_inputs(_model(), [((), {})], None, False, 0.05) == ([0.04], probe.REPEATS + 2)  # then fast
     timed_runs(busy + [0.01])
     assert probe.time_inputs(_model(), [((), {})], None, False) == ([0.1], probe.REPEATS)  # no target: as before
-    timed_runs(busy + [0.09] * probe.REPEATS)
-    assert probe.time_inputs(_model(), [((), {})], None, False, 0.05) == ([0.09], 2 * probe.REPEATS)  # at most
+    timed_runs(busy + [0.09] * (probe.UNSETTLED_ROUNDS - probe.REPEATS))
+    assert probe.time_inputs(_model(), [((), {})], None, False, 0.05) == ([0.09], probe.UNSETTLED_ROUNDS)  # at most
+    monkeypatch.setattr(probe, "UNSETTLED_S", -1.0)  # the time for more rounds already spent: none more
+    timed_runs(busy + [0.01])
+    assert probe.time_inputs(_model(), [((), {})], None, False, 0.05) == ([0.1], probe.REPEATS)
+    monkeypatch.undo()
     # two inputs, the second with less work (the padding trial's cut batch, order (1, 0)): a burst made every cut
     # run slower than the whole batch's fastest; rounds go on until the cut's fastest is under it
     pairs = [0.05, 0.02] + [0.05, 0.09] * probe.REPEATS + [0.05, 0.06, 0.05, 0.02]

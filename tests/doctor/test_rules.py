@@ -189,6 +189,24 @@ def test_periodic_stall_every_10_steps():
     assert found.confidence == "high" and "% 10" in found.snippet
 
 
+def test_stalls_that_are_the_threads_wait_for_a_core_are_not_the_scripts():
+    """Every 5th step 0.2 s slower: a stall of the script's own when its thread ran through it; none when the
+    thread waited those 0.2 s for a core (run_delay_s: the scheduler's slices on a busy host), and a note says what
+    was left out: 20 x 0.2 s of 100 x 0.1 + 20 x 0.2 s, 29%."""
+    records = periodic(100, 5, 0.2)
+    assert by_kind(diagnose(on_cpu(records, host())))["periodic_stall"].evidence["period_steps"] == 5
+    waited = [dataclasses.replace(r, run_delay_s=r.wall_s - 0.1) for r in records]
+    report = diagnose(on_cpu(waited, host()))
+    assert "periodic_stall" not in by_kind(report)
+    assert "periodic stalls: judged on each step's time less its wait for a core, 29% of the watched time" in \
+        " ".join(report.unmeasured)
+    # a checkpoint's 0.2 s on the beat beside a wait of 0.05 s on every step: the stall remains, at its own size
+    both = [dataclasses.replace(r, wall_s=r.wall_s + 0.05, run_delay_s=0.05) for r in records]
+    found = by_kind(diagnose(on_cpu(both, host())))["periodic_stall"]
+    assert found.evidence["extra_ms_per_stall"] == pytest.approx(200.0)
+    assert found.evidence["typical_step_ms"] == pytest.approx(100.0)
+
+
 def test_frequent_stalls_do_not_hide_in_their_own_sigma():
     found = by_kind(diagnose(on_cpu(periodic(100, 5, 0.2), host())))["periodic_stall"]
     assert found.evidence["period_steps"] == 5 and found.evidence["stalls"] == 20

@@ -67,6 +67,9 @@ class StepRecord:
     # torch.no_grad there (gpufeed.doctor.observe.parts): the loop reading its next batch; None when not timed (a
     # DataLoader feeds the steps, the step clock is not the optimizer's or a manual one, the model not yet known)
 
+    run_delay_s: float | None = None  # of wall_s, the training thread ready to run while the scheduler ran another
+    # thread on its core (Linux's schedstat: gpufeed.doctor.observe.scheduler); None where it cannot be read
+
     @property
     def input_s(self) -> float:
         """The step's time getting its input: the wait for a DataLoader's batch, or the loop building its own."""

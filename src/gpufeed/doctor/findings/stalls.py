@@ -20,6 +20,13 @@ STALL_CLIP_ROUNDS = 10
 # (the most common gap between stalls, a tenth of the largest excess) they find a beat of 6 or 7 steps under 15%
 # noise in 89-93% of windows (against 17-21%), and in noise alone call a beat in 1-19% of windows (against 1-26%).
 MIN_STALL_PERIOD = 3
+# gpufeed's choice: a beat is three stalls on it at least. Two slow steps always have a period (their gap), and a
+# loaded host makes two in a 20-step window often; on simulated windows of noise alone (5-15% of steps 1.2-3x slower,
+# 3,000 windows each, seed 1) a beat was called in 7-19% of 20-step windows with two stalls allowed, and in 0.4-9%
+# with three, which find a beat of 5-7 steps about as often (73-100%); in 50-step windows, 11% against 2-10%. Two
+# stalls made a false periodic_stall the verdict over padding_waste in CI. A window shows a beat of at most
+# `longest_beat` steps.
+MIN_STALLS_ON_BEAT = 3
 
 
 def slow_outliers(walls: list[float]) -> tuple[set[int], float]:
@@ -40,22 +47,27 @@ def slow_outliers(walls: list[float]) -> tuple[set[int], float]:
     return flagged, statistics.fmean(wall for position, wall in enumerate(walls) if position not in flagged)
 
 
+def longest_beat(steps: int) -> int:
+    """The longest period a window of `steps` steps can show MIN_STALLS_ON_BEAT beats of (from its first step)."""
+    return (steps - 1) // (MIN_STALLS_ON_BEAT - 1)
+
+
 def stall_period(stalls: list[int], indices: list[int]) -> tuple[int, list[int]] | None:
-    """The beat (a period and a phase) that holds the most stalls, and the stalls on it. Every period up to half
-    the window is tried, so that a stray slow step between two beats (noise on a loaded host) cannot hide the beat.
-    A beat counts when at least two stalls fall on it (three, unless those two are all the stalls), they fill at
-    least two thirds of its positions in the window and make at least half of all stalls. The best beat is the one
+    """The beat (a period and a phase) that holds the most stalls, and the stalls on it. Every period up to
+    `longest_beat` is tried, so that a stray slow step between two beats (noise on a loaded host) cannot hide the
+    beat. A beat counts when at least MIN_STALLS_ON_BEAT stalls fall on it, they fill at least two thirds of its
+    positions in the window and make at least half of all stalls. The best beat is the one
     they fill most fully (a stray slow step on a shorter beat does not make it better), then the one with more
     stalls, then the shorter period. None when no beat counts or the best one is shorter than MIN_STALL_PERIOD
     (every other step slow is a rhythm, not a stall, even where a longer period also fits)."""
-    if len(stalls) < 2:
+    if len(stalls) < MIN_STALLS_ON_BEAT:
         return None
     best, best_key = None, None
-    for period in range(1, len(indices) // 2 + 1):
+    for period in range(1, longest_beat(len(indices)) + 1):
         beats = Counter(index % period for index in indices)
         on_phase = Counter(index % period for index in stalls)
         for phase, count in on_phase.items():
-            if count < min(3, len(stalls)) or 3 * count < 2 * beats[phase] or 2 * count < len(stalls):
+            if count < MIN_STALLS_ON_BEAT or 3 * count < 2 * beats[phase] or 2 * count < len(stalls):
                 continue
             key = (count / beats[phase], count, -period)
             if best_key is None or key > best_key:

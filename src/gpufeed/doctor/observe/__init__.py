@@ -15,5 +15,6 @@ observation.py, notes.py, patching.py and frameworks/; never findings/ (the call
 - tokens.py: the token positions and real (not padding) tokens of a batch of token ids, counted on the host
 - padding.py: padding in batches of token ids: its span and rows' lengths, where it is made, a batch cut to its
   longest row, and the padding trial (forward+backward as it came and cut) after the watch
+- scheduler.py: the training thread's wait for a core (Linux's schedstat), read at each step boundary
 - worker_memory.py: the DataLoader workers' private memory through the watch, and what the Dataset holds to copy
 """

@@ -18,11 +18,11 @@ Skipped, with a note: on a rank other than 0; when the device's memory or the ho
 the same); when the outputs hold nothing that requires grad. After one warm run of each input, rounds take the
 inputs in turn (a drift of the machine's speed falls on all alike), as many as BUDGET_S allows and at least
 MIN_ROUNDS whatever the model's speed (the budget scales with the step: one round of a slow model would be one
-sample of the machine's noise), at most REPEATS, and more (REPEATS and BUDGET_S again) while the 1x run's fastest
-is slower than the slowest watched step's forward and backward or a larger batch's fastest is faster than a
-smaller one's (`settled`); each input's fastest run counts (the machine's noise only adds time: another process, a
-page fault), on CUDA with a synchronize around each run. `time_inputs` is the same timing for any list of inputs
-(observe/padding.py's, say).
+sample of the machine's noise), at most REPEATS, and more (up to UNSETTLED_S and UNSETTLED_ROUNDS) while the 1x
+run's fastest is slower than the slowest watched step's forward and backward or a larger batch's fastest is faster
+than a smaller one's (`settled`); each input's fastest run counts (the machine's noise only adds time: another
+process, a page fault), on CUDA with a synchronize around each run. `time_inputs` is the same timing for any list of
+inputs (observe/padding.py's, say).
 
 What it gives (`BatchProbe`, observation.py): the seconds per forward+backward at each factor; the per-sample
 cost is the slope between 1x and 4x (the widest lever arm), or, when the slope is not above zero (the growth is
@@ -52,6 +52,12 @@ REPEATS = 7
 # what the issue's busy-machine case needed (a single round on a loaded 2-core machine ran 5x the watched step).
 BUDGET_S = 3.0
 MIN_ROUNDS = 3
+# gpufeed's choice: rounds go on while the fastest runs are not what the work allows (`settled`), for up to 15 s more
+# and 60 rounds in all: another process's burst lasts seconds. In CI, 7 more rounds (1.6 s) ended inside one: the
+# padding trial's batch cut from 128 to 37 positions ran slower than the batch as it came (62.9 ms against 57.7 ms;
+# 9.8 against 30.6 on a quiet machine), and padding_waste was not found.
+UNSETTLED_S = 15.0
+UNSETTLED_ROUNDS = 60
 # issue 20: a 4x batch is run only while the device's memory and the host's RAM are at most half full.
 MEMORY_LIMIT = 0.5
 SUBJECT = "batch probe"  # the notes' subject
@@ -212,15 +218,14 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
                 watched_s: float | None = None, order: tuple[int, ...] = ()) -> tuple[list[float], int]:
     """The fastest seconds of a forward and backward on each (args, kwargs) and the rounds run: one warm run of
     each, then rounds that take them in turn, as many as BUDGET_S allows, at least MIN_ROUNDS, at most REPEATS.
-    Rounds go on, up to REPEATS and BUDGET_S more, while the fastest runs are not yet what the work allows
-    (`settled`): the first input's slower than `watched_s` (the slowest watched step's forward and backward, which
-    did that work and more: the machine was busier now than during the watch), or the inputs' out of `order`
-    (their indices from the least work to the most: the probe's 1x, 2x, 4x; the padding trial's cut batch, then
-    the batch as it came), which no model does and only another process's burst makes. The findings still judge
-    what it gives (grading.timed_elsewhere). The gradients are unset before each run (the caller saves and
-    restores them: `attempt`). A
-    DistributedDataParallel module runs its own module, under its no_sync(): DDP's forward may broadcast buffers to
-    the other ranks, which are not measuring."""
+    Rounds go on, up to UNSETTLED_S more and UNSETTLED_ROUNDS in all, while the fastest runs are not yet what the
+    work allows (`settled`): the first input's slower than `watched_s` (the slowest watched step's forward and
+    backward, which did that work and more: the machine was busier now than during the watch), or the inputs' out of
+    `order` (their indices from the least work to the most: the probe's 1x, 2x, 4x; the padding trial's cut batch,
+    then the batch as it came), which no model does and only another process's burst makes. The findings still judge
+    what it gives (grading.timed_elsewhere). The gradients are unset before each run (the caller saves and restores
+    them: `attempt`). A DistributedDataParallel module runs its own module, under its no_sync(): DDP's forward may
+    broadcast buffers to the other ranks, which are not measuring."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
     wrapper, module = (module, module.module) if ddp else (None, module)
     with wrapper.no_sync() if wrapper is not None else contextlib.nullcontext():
@@ -236,9 +241,9 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
 
         for _ in range(rounds):
             one_round()
-        more_until = time.perf_counter() + BUDGET_S
-        for _ in range(REPEATS):
-            if settled([min(seconds) for seconds in times], watched_s, order) or time.perf_counter() > more_until:
+        more_until = time.perf_counter() + UNSETTLED_S
+        while len(times[0]) < UNSETTLED_ROUNDS and time.perf_counter() <= more_until:
+            if settled([min(seconds) for seconds in times], watched_s, order):
                 break
             one_round()
     return [min(seconds) for seconds in times], len(times[0])

@@ -80,6 +80,7 @@ from gpufeed.doctor.observe.clock import (
 )
 from gpufeed.doctor.observe.flops import FlopCount, step_arithmetic
 from gpufeed.doctor.observe.profile import PROFILE_STEPS, StepProfiler, cuda_traced, profile_notes
+from gpufeed.doctor.observe.scheduler import run_delay_s
 from gpufeed.doctor.observe.tokens import count_tokens
 from gpufeed.doctor.observe.worker_memory import WorkerMemory
 from gpufeed.measure.sampler import Sampler
@@ -129,6 +130,7 @@ class Watcher:
         self.notes: list[Note] = []  # what the instrumentation could not measure
         self._start_s = self._last_s = time.perf_counter()
         self._resumed_s = self._last_s  # when the script got its step back from the last boundary (loop_input_s)
+        self._last_delay = run_delay_s()  # the thread's wait for a core so far (scheduler.py)
         self._sampler: Sampler | None = None
         self._raw: list[tuple[dict, list, Held]] = []  # closed steps past warm-up: fields, CUDA event pairs, Held
         self._timed: set[str] = set()  # the PARTS being timed: a step starts them at 0.0, not None
@@ -153,6 +155,7 @@ class Watcher:
     # --- lifetime -----------------------------------------------------------------------------------------
     def start(self) -> None:
         self._start_s = self._last_s = self._resumed_s = time.perf_counter()
+        self._last_delay = run_delay_s()
         if self._sampler is None:
             self._sampler = Sampler(torch.device("cuda"), keep_samples_from_s=self._start_s)  # this rank's GPU
 
@@ -348,7 +351,7 @@ class Watcher:
         if self._profiler is not None:
             return self._profile_boundary(source)
         self.flop_count.stop()  # before the time is read: no watched step runs under the counter
-        now = time.perf_counter()
+        now, delay = time.perf_counter(), run_delay_s()
         self.boundaries += 1
         self._close_region()
         held = self.contents.close(clock=source != "loader", complete=self.source == source)
@@ -358,12 +361,13 @@ class Watcher:
             self.steps_closed += 1
             self.flop_count.keep(self.steps_closed == self.warmup, self._step_tokens())  # the last warm-up step
             if self.steps_closed > self.warmup:
+                waited = None if delay is None or self._last_delay is None else delay - self._last_delay
                 fields = dict(self._step, index=len(self._raw), start_s=self._last_s - self._start_s,
-                              wall_s=now - self._last_s)
+                              wall_s=now - self._last_s, run_delay_s=waited)
                 self._raw.append((fields, self._regions, held))
                 if self.watched:
                     self._begin_profile()
-        self._step, self._regions, self._last_s = self._new_step(), [], now
+        self._step, self._regions, self._last_s, self._last_delay = self._new_step(), [], now, delay
         self._step_length_positions = 0
         self._open_region()
         if self.steps_closed == self.warmup - 1:  # the next step is the last warm-up step: count its FLOPs
