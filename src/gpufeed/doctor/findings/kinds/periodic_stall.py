@@ -38,7 +38,8 @@ class PeriodicStall(Kind):
     MEANING = "every N steps a step is much slower"
     PART = "step"  # shares.py: a stall can be anywhere in the step (logging, evaluation, a checkpoint)
     RECOMMEND_AT, RECOMMEND_SOURCE = OWN_LEVEL, OWN_LEVEL_SOURCE
-    FIGURES = ("period_steps", "extra_ms_per_stall", "stall_share")
+    FIGURES = ("period_steps", "extra_ms_per_stall")  # not stall_share: before shares.py divides the step, it can
+    # read above the share column beside it (a stall inside a step another finding claims)
 
     def detect(self, seen: Observation, notes: Notes, judged: Judged) -> Finding | None:
         walls = [r.wall_s - (r.run_delay_s or 0.0) for r in seen.steps]
