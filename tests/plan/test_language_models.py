@@ -25,6 +25,7 @@ from gpufeed.plan.language.model import (  # noqa: E402
     build_language_model,
     language_catalog,
     resolve_language_model,
+    transformers_quiet,
 )
 from gpufeed.plan.language.nf4 import nf4_bytes  # noqa: E402
 from gpufeed.plan.language.run import (  # noqa: E402
@@ -246,6 +247,30 @@ def test_the_plan_of_a_small_config_fits_each_gpu_and_says_how(tmp_path, capsys)
     for gpu in document["gpus"]:  # the tiny model fits everywhere, up to its 256 positions
         assert gpu["fits"] and gpu["max_sequence_length"] == 256 and gpu["max_batch_size"] > 1000
         assert "max tokens: the model's 256 positions, not the memory" in gpu["notes"]
+
+
+def test_transformers_warnings_are_held_back_while_the_plan_runs_the_model_and_the_level_put_back():
+    """GPT-2's "`loss_type=None` was set in the config but it is unrecognized" printed above the plan: transformers'
+    log is at errors only inside transformers_quiet (the plan's and the check's entry points), as the user set it
+    after."""
+    import logging
+
+    from transformers.utils import logging as transformers_logging
+
+    from gpufeed.plan.language.check import check_language_plan
+    from gpufeed.plan.language.run import make_language_plan
+
+    before = transformers_logging.get_verbosity()
+    try:
+        transformers_logging.set_verbosity_info()
+        logger = transformers_logging.get_logger("transformers.modeling_utils")
+        with transformers_quiet():
+            assert not logger.isEnabledFor(logging.WARNING) and logger.isEnabledFor(logging.ERROR)
+        assert transformers_logging.get_verbosity() == logging.INFO and logger.isEnabledFor(logging.INFO)
+    finally:
+        transformers_logging.set_verbosity(before)
+    for entry in (make_language_plan, check_language_plan):  # contextmanager's decorator keeps the wrapped function
+        assert entry.__wrapped__.__name__ == entry.__name__
 
 
 def test_check_runs_the_planned_step_here_and_its_page_shows_it(tmp_path, capsys):

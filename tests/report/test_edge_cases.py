@@ -294,3 +294,14 @@ def test_settings_by_name_read_as_python_arguments_on_the_page_and_the_terminal(
                                 "multiprocessing_context='spawn'")
     assert evidence_value(settings) == "(" + number(settings) + ")"
     assert number({"reason": "not read"}) == "NA (not read)"  # the NA value keeps its own form
+
+
+def test_byte_figures_read_as_sizes_in_the_terminal_s_evidence():
+    """worker_memory's projected_worker_bytes printed 489579843: a byte count's key ends in _bytes, and the
+    terminal shows it in MiB below 1 GiB and GiB from there (the --json keeps the bytes)."""
+    from gpufeed.cli.doctor_show import evidence_value
+
+    assert evidence_value(489_579_843, "projected_worker_bytes") == "467 MiB"  # 489,579,843 / 2**20 = 466.9
+    assert evidence_value(3 * 2**30 + 2**29, "projected_total_bytes") == "3.50 GiB"
+    assert evidence_value(None, "projected_total_bytes") == "NA"
+    assert evidence_value(0.0326, "share_of_available") == "0.0326"

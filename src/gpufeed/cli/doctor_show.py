@@ -17,13 +17,16 @@ from gpufeed.doctor.findings.report import (
     tokens_sentence,
     verdict_headline,
 )
-from gpufeed.units import NA, bytes_as, fixed, percent
+from gpufeed.units import NA, bytes_as, fixed, percent, size_text
 
 
-def evidence_value(value) -> str:
-    """One evidence value as the terminal shows it: NA for None, 3 significant digits, settings as arguments."""
+def evidence_value(value, key: str = "") -> str:
+    """One evidence value as the terminal shows it: NA for None, a byte count (a key ending in `_bytes`) in MiB or
+    GiB, 3 significant digits, settings as arguments."""
     if value is None:
         return NA
+    if key.endswith("_bytes") and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return size_text(value, gib_digits=2)
     if isinstance(value, float):
         return f"{value:.3g}"
     if isinstance(value, dict):  # settings by name (evidence.settings): as the user would write them
@@ -43,7 +46,7 @@ def _findings_table(report) -> Table:
     for column in ("kind", "severity", "share", "confidence", "evidence"):
         table.add_column(column, justify="right" if column == "share" else "left")
     for finding in report.findings:
-        evidence = ", ".join(f"{key} {evidence_value(value)}" for key, value in carrying_figures(finding).items())
+        evidence = ", ".join(f"{key} {evidence_value(value, key)}" for key, value in carrying_figures(finding).items())
         table.add_row(finding.kind, finding.severity, f"{finding.share:.0%}", finding.confidence, Text(evidence))
     return table
 

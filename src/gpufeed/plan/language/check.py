@@ -25,7 +25,7 @@ from gpufeed.errors import ConfigError
 from gpufeed.hardware.na import is_na
 from gpufeed.plan.check import STEP_MARK, check_result, measured_peak
 from gpufeed.plan.fake_model import fake_weights
-from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model
+from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model, transformers_quiet
 from gpufeed.plan.memory import CUDA_CONTEXT_BYTES, estimate_language_memory
 from gpufeed.plan.optimizers import make_plan_optimizer
 from gpufeed.train.step import Precision, TrainStep
@@ -105,6 +105,7 @@ def refuse_unrunnable(method: str, optimizer: str) -> None:
                               f"--optimizer adamw instead")
 
 
+@transformers_quiet()
 def check_language_plan(plan, steps: int = 3) -> dict:
     """Predicted against measured peak memory, and the measured step time, of `plan` (a LanguagePlan) on the
     device here (CUDA, else the CPU); the same keys as plan/check.py's `check_plan`."""

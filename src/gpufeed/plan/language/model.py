@@ -60,6 +60,24 @@ def _transformers():
     return transformers
 
 
+@contextlib.contextmanager
+def transformers_quiet():
+    """transformers' log set to errors only, then put back: its advice on its own training (GPT-2's "`loss_type=None`
+    was set in the config but it is unrecognized. Using the default loss") would print above the plan, about a model
+    the plan built from a config to trace. Used as a decorator on the plan's and the check's entry points."""
+    try:
+        from transformers.utils import logging
+    except ImportError:
+        yield
+        return
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+
+
 @dataclass(frozen=True)
 class FineTune:
     """How the model is trained: `method` full | lora | qlora; LoRA's rank, alpha and target modules (None: peft's

@@ -24,7 +24,13 @@ from gpufeed.hardware.na import is_na
 from gpufeed.measure.transformer_flops import attention_shape, multiplied_parameters, training_flops_per_token
 from gpufeed.plan.hosts import buy_note, system_to_buy
 from gpufeed.plan.language.host import LanguageHost, plan_language_host
-from gpufeed.plan.language.model import FineTune, LanguageModel, build_language_model, resolve_language_model
+from gpufeed.plan.language.model import (
+    FineTune,
+    LanguageModel,
+    build_language_model,
+    resolve_language_model,
+    transformers_quiet,
+)
 from gpufeed.plan.language.nf4 import parameter_elements
 from gpufeed.plan.language.sharding import ShardedMemory, Sharding, shard_memory, shard_units
 from gpufeed.plan.language.throughput import LANGUAGE_EFFICIENCY_SOURCE, LanguageTime, language_time
@@ -151,6 +157,7 @@ def _planned_precision(spec, precision: str) -> tuple[str | None, str]:
     return precision, ""
 
 
+@transformers_quiet()
 def make_language_plan(request: LanguagePlanRequest) -> LanguagePlan:
     language_model = resolve_language_model(request.model)
     sequence_length = _sequence_length(request, language_model)
