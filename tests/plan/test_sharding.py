@@ -46,6 +46,11 @@ def test_what_sharding_adds_at_the_peak_by_hand():
     start = T + 0 + 2 * T + 3_000_000 + 2_400_000
     end = T + T + 2 * T + 2_400_000 + 1_800_000
     assert fsdp.peak_bytes == max(start, end) == start and fsdp.peak_moment == "the backward's start"
+    # the peak's parts, which the table's "in the peak" column shows: no gradient and no reduce buffer live yet
+    assert fsdp.peak_parts == {"weights": T, "optimizer": 2 * T, "gradients": 0, "activations": 3_000_000,
+                               "gathered": 2_400_000, "buffers": 0, "overhead": 0}
+    assert ddp.peak_parts == {"weights": 4 * T, "optimizer": 8 * T, "gradients": 4 * T, "gathered": 0,
+                              "buffers": 4 * T, "overhead": 0}
     # with small activations the end, with every gradient, is the larger
     small = shard_memory(estimate(activations=100_000), UNITS, Sharding("fsdp", 4))
     assert small.peak_bytes == end and small.peak_moment == "the backward's end"
@@ -63,6 +68,18 @@ def test_deepspeed_layout_under_bf16_and_fsdp2_mixed_precision():
     assert fsdp.gathered_bytes == 600_000 * 2 and fsdp.buffers_bytes == 200_000 * (2 + 4 + 4 / 8)
     ddp = shard_memory(memory, UNITS, Sharding("ddp", 8))
     assert ddp.activations_bytes == 3_000_000  # DDP runs under autocast: its copies stay
+
+
+def test_the_optimizer_step_s_temporaries_are_a_part_of_its_moment():
+    """AdamW's step makes temporaries (the one-GPU trace's 4 B a parameter here): divided as the optimizer state is,
+    and counted in the peak when the step is the largest moment (small activations, ZeRO-2 on 4)."""
+    memory = estimate(activations=100_000, optimizer_step=4 * T)
+    zero2 = shard_memory(memory, UNITS, Sharding("zero2", 4))
+    assert zero2.step_temporaries_bytes == 4 * T / 4 and zero2.peak_moment == "the optimizer step"
+    # fp32 weights (4 T, whole) + gradients (4 T / 4) + AdamW's state (8 T / 4) + the temporaries (4 T / 4)
+    assert zero2.peak_parts == {"weights": 4 * T, "optimizer": 2 * T, "gradients": T, "step_temporaries": T,
+                                "buffers": 0, "overhead": 0}
+    assert zero2.peak_bytes == sum(zero2.peak_parts.values()) == 8 * T
 
 
 def test_hsdp_shards_within_a_node_and_offload_moves_bytes_to_the_host():

@@ -377,16 +377,20 @@ def _sharded_memory(plan) -> None:
                         f"{sharded.degree}){offload}; peak at {sharded.peak_moment}")
     table.add_column("part")
     table.add_column("size", justify="right")
-    rows = (("weights", sharded.weights_bytes), ("gradients", sharded.gradients_bytes),
-            ("optimizer state", sharded.optimizer_bytes), ("gathered (unsharded units)", sharded.gathered_bytes),
-            ("communication buffers", sharded.buffers_bytes), ("activations", sharded.activations_bytes),
-            ("overhead", sharded.overhead_bytes), ("peak", sharded.peak_bytes),
-            ("offloaded to host RAM", sharded.host_bytes),
-            ("sent per step (of it between nodes)", None))
-    for name, size in rows:
-        text = size_text(size, 2, 1) if size is not None else \
-            f"{size_text(sharded.communication_bytes, 2, 1)} ({size_text(sharded.network_bytes, 2, 1)})"
-        table.add_row(name, text)
+    table.add_column("in the peak", justify="right")
+    rows = (("weights", sharded.weights_bytes, "weights"), ("gradients", sharded.gradients_bytes, "gradients"),
+            ("optimizer state", sharded.optimizer_bytes, "optimizer"),
+            ("gathered (unsharded units)", sharded.gathered_bytes, "gathered"),
+            ("communication buffers", sharded.buffers_bytes, "buffers"),
+            ("activations", sharded.activations_bytes, "activations"),
+            ("optimizer step's temporaries", sharded.step_temporaries_bytes, "step_temporaries"),
+            ("overhead", sharded.overhead_bytes, "overhead"), ("peak", sharded.peak_bytes, None),
+            ("offloaded to host RAM", sharded.host_bytes, ""))
+    for name, size, key in rows:  # the third column: the part's bytes live at the peak (peak_parts)
+        live = sharded.peak_bytes if key is None else sharded.peak_parts.get(key)
+        table.add_row(name, size_text(size, 2, 1), size_text(live, 2, 1) if live is not None else "")
+    table.add_row("sent per step (of it between nodes)",
+                  f"{size_text(sharded.communication_bytes, 2, 1)} ({size_text(sharded.network_bytes, 2, 1)})", "")
     console.print(table)
     console.print(f"layout: {sharded.layout}")
     for line in sharded.notes:

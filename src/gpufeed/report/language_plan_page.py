@@ -113,13 +113,18 @@ def _sharding_rows(request: dict, document: dict) -> list[tuple[str, str]]:
 
 def _sharded_section(page: Page, sharded: dict) -> None:
     page.heading("Memory per GPU, sharded")
-    rows = [("weights", sharded["weights_bytes"]), ("gradients", sharded["gradients_bytes"]),
-            ("optimizer state", sharded["optimizer_bytes"]), ("gathered (unsharded units)", sharded["gathered_bytes"]),
-            ("communication buffers", sharded["buffers_bytes"]), ("activations", sharded["activations_bytes"]),
-            ("overhead", sharded["overhead_bytes"]), ("peak", sharded["peak_bytes"]),
-            ("offloaded to host RAM", sharded["host_bytes"]), ("sent per step", sharded["communication_bytes"]),
-            ("of it between nodes", sharded["network_bytes"])]
-    page.table(["part", "bytes a GPU"], [(name, size_text(size)) for name, size in rows],
+    parts = (("weights", "weights"), ("gradients", "gradients"), ("optimizer state", "optimizer"),
+             ("gathered (unsharded units)", "gathered"), ("communication buffers", "buffers"),
+             ("activations", "activations"), ("optimizer step's temporaries", "step_temporaries"),
+             ("overhead", "overhead"))
+    live = sharded.get("peak_parts") or {}  # each part's bytes at the peak; absent: not live (or a plan before them)
+    rows = [(name, size_text(sharded.get(f"{key}_bytes")), size_text(live[key]) if key in live else "")
+            for name, key in parts]
+    rows += [("peak", size_text(sharded["peak_bytes"]), size_text(sharded["peak_bytes"])),
+             ("offloaded to host RAM", size_text(sharded["host_bytes"]), "")]
+    rows += [("sent per step", size_text(sharded["communication_bytes"]), ""),
+             ("of it between nodes", size_text(sharded["network_bytes"]), "")]
+    page.table(["part", "bytes a GPU", "in the peak"], rows,
                caption=f"{sharded['strategy']} over {sharded['gpus']} GPUs, the state divided by {sharded['degree']}; "
                        f"peak at {sharded['peak_moment']}. Layout: {sharded['layout']}.")
 

@@ -152,7 +152,9 @@ class ShardedMemory:
     weights, gradients, optimizer: this GPU's share at rest (0 when offloaded); gathered: unsharded weights at the
     peak; buffers: DDP's buckets or the gradients being reduced; activations: as the one-GPU trace found them,
     less autocast's weight copies where the layout has none; overhead: the one-GPU estimate's (CUDA context,
-    allocator rounding). peak_bytes: the largest moment, `peak_moment`. host_bytes: offloaded, per GPU.
+    allocator rounding); step_temporaries: the optimizer step's own temporaries (the one-GPU trace's, scaled to the
+    optimizer state this GPU holds). peak_bytes: the largest moment, `peak_moment`, the sum of `peak_parts` (each
+    part's bytes live then, by the names above; a part absent was not live). host_bytes: offloaded, per GPU.
     communication_bytes: sent by each GPU per optimizer step (ring collectives), of which network_bytes go between
     nodes. layout: the bytes per trained parameter modeled, in words.
     """
@@ -170,9 +172,11 @@ class ShardedMemory:
     gathered_bytes: int
     buffers_bytes: int
     activations_bytes: int
+    step_temporaries_bytes: int
     overhead_bytes: int
     peak_bytes: int
     peak_moment: str
+    peak_parts: dict[str, int]
     host_bytes: int
     communication_bytes: int
     network_bytes: int
@@ -245,11 +249,16 @@ def shard_memory(memory: MemoryEstimate, units: ShardUnits, sharding: Sharding) 
     share = memory.computing_gradients_bytes / memory.gradients_bytes if memory.gradients_bytes else 0.0
     scale = optimizer / (trained * layout.optimizer) if trained and layout.optimizer else 0.0
     reducing = 0.0 if strategy in SHARDS_WEIGHTS else buffers  # FSDP's are made as each block's backward ends
-    moments = {"the backward's start": weights + share * gradients + optimizer + activations + gathered + reducing,
-               "the backward's end": weights + gradients + optimizer + gathered + buffers,
-               "the optimizer step": weights + gradients + optimizer + memory.optimizer_step_bytes * scale
-               + (buffers if strategy == "ddp" else 0)}  # DDP's buckets outlive the backward
-    moment = max(moments, key=moments.get)
+    temporaries = memory.optimizer_step_bytes * scale
+    held = {"weights": weights, "optimizer": optimizer}
+    moments = {"the backward's start": {**held, "gradients": share * gradients, "activations": activations,
+                                        "gathered": gathered, "buffers": reducing},
+               "the backward's end": {**held, "gradients": gradients, "gathered": gathered, "buffers": buffers},
+               "the optimizer step": {**held, "gradients": gradients, "step_temporaries": temporaries,
+                                      "buffers": buffers if strategy == "ddp" else 0}}  # DDP's buckets outlive it
+    parts = {moment: {name: math.ceil(size) for name, size in sizes.items()} for moment, sizes in moments.items()}
+    moment = max(parts, key=lambda name: sum(parts[name].values()))
+    peak_parts = {**parts[moment], "overhead": memory.overhead_bytes}
     sent, network = communication_bytes(memory, units, sharding, layout)
     notes = []
     if strategy in SHARDS_WEIGHTS:
@@ -260,8 +269,8 @@ def shard_memory(memory: MemoryEstimate, units: ShardUnits, sharding: Sharding) 
                          weights_bytes=math.ceil(weights), gradients_bytes=math.ceil(gradients),
                          optimizer_bytes=math.ceil(optimizer), gathered_bytes=math.ceil(gathered),
                          buffers_bytes=math.ceil(buffers), activations_bytes=math.ceil(activations),
-                         overhead_bytes=memory.overhead_bytes,
-                         peak_bytes=math.ceil(moments[moment]) + memory.overhead_bytes, peak_moment=moment,
+                         step_temporaries_bytes=math.ceil(temporaries), overhead_bytes=memory.overhead_bytes,
+                         peak_bytes=sum(peak_parts.values()), peak_moment=moment, peak_parts=peak_parts,
                          host_bytes=math.ceil(host), communication_bytes=math.ceil(sent),
                          network_bytes=math.ceil(network), notes=tuple(notes))
 
