@@ -41,7 +41,8 @@ from gpufeed.plan.memory import MemoryEstimate
 LANGUAGE_EFFICIENCY = 0.35
 LANGUAGE_EFFICIENCY_SOURCE = (
     "0.35 of the dense peak, fitted to torchtitan's published Llama 3.1 8B on 8 H100s (FSDP, batch 2 x 8,192, "
-    "eager: 5,762 tokens/s a GPU; benchmarks/llama3_h100_202412_torchtitan.md); band x0.8-x1.25")
+    "eager, selective checkpointing, which recomputes no matrix product: 5,762 tokens/s a GPU; "
+    "benchmarks/llama3_h100_202412_torchtitan.md); band x0.8-x1.25")
 BAND = (0.8, 1.25)
 # nccl-tests all_gather/reduce_scatter bus bandwidth on 8 H100 SXM with NVSwitch: ~360-370 GB/s of 450 (an NCCL
 # maintainer, nccl-tests issues #326 and #212); A100 235 of 300, B200 682 of 900 (stas00/ml-engineering).
