@@ -185,11 +185,16 @@ def test_fsdp2_per_rank_peak_within_ten_percent(precision):
 
 
 def test_ddp_and_fsdp2_over_gloo_on_two_ranks():
-    """Real collectives: DDP's peak within 10% of the plan on the lower rank (gloo frees its buffers on its own
-    thread, which put one rank up to a bucket higher in some runs), FSDP2's shards as planned, exactly."""
+    """Real collectives: each rank's DDP peak is the plan's, or the plan's plus one more copy of DDP's buckets (this
+    model's 19 MiB of gradients), within 1%; FSDP2's shards as planned, exactly. gloo's all-reduce holds a copy of
+    what it reduces on its own thread until it finishes;
+    whether that copy is still live at the step's peak is timing (quiet: one rank in some runs; in a CI run under
+    load, both). NCCL reduces in place, so the plan leaves the copy out (sharding.py's "Not modeled")."""
     planned = _planned("fp32", "ddp")
-    ranks = _ranks("ddp", "fp32", "gloo")
-    assert abs(planned.peak_bytes / min(rank["peak_bytes"] for rank in ranks) - 1) < 0.10
+    for rank in _ranks("ddp", "fp32", "gloo"):
+        near = min(abs(rank["peak_bytes"] / expected - 1)
+                   for expected in (planned.peak_bytes, planned.peak_bytes + planned.buffers_bytes))
+        assert near < 0.01, (rank, planned.peak_bytes, planned.buffers_bytes)
     fsdp = _planned("fp32", "fsdp")
     for rank in _ranks("fsdp", "fp32", "gloo"):
         assert rank["gradients"] == rank["weights"] == fsdp.gradients_bytes  # fp32 shards of the parameters
