@@ -38,6 +38,18 @@ if TYPE_CHECKING:
 SMALL_BATCH = 32
 
 
+# gpufeed's choice: a probe run "waited" when its threads spent more than 1 ms, and more than 5% of the run, waiting
+# for a core; a CFS slice another process takes is about 3 ms, and a quiet run's waits (a thread woken) are tens of
+# microseconds. In CI (two test workers and a spinning process on 2 cores) a packed GPT-2 at batch 16 x 128 probed
+# at 1x 101 ms, 2x 175, 4x 323 (its steps 17 ms quiet): a third of the step called fixed cost, small_batch the verdict.
+WAIT_ALLOWED_S, WAIT_ALLOWED_SHARE = 0.001, 0.05
+
+
+def waited_too_long(seconds: float, waited: float) -> bool:
+    """A timed run whose threads waited for a core more than WAIT_ALLOWED_S and WAIT_ALLOWED_SHARE of it."""
+    return waited > max(WAIT_ALLOWED_S, WAIT_ALLOWED_SHARE * seconds)
+
+
 @dataclass(frozen=True)
 class BatchProbe:
     """What observe/probe.py measured after the watch: seconds per forward+backward of the user's model at the
@@ -46,6 +58,14 @@ class BatchProbe:
     batch: int
     seconds: tuple[tuple[int, float], ...]  # (factor, seconds), factors ascending: 1, 2, 4
     repeats: int
+    # seconds each factor's fastest run spent with a thread of the process waiting for a core (probe.py: every
+    # thread's scheduler wait summed); () where not read
+    waited: tuple[float, ...] = ()
+
+    def waited_runs(self) -> list[tuple[int, float, float]]:
+        """(factor, seconds, waited) of each factor whose fastest run waited for a core too long."""
+        return [(factor, seconds, waited) for (factor, seconds), waited in zip(self.seconds, self.waited, strict=False)
+                if waited_too_long(seconds, waited)]
 
     @property
     def slope_resolved(self) -> bool:

@@ -380,7 +380,7 @@ def measure(captured: Capture, watched_s: float | None = None) -> tuple[PaddingT
                           SUBJECT, "the batch as it came", watched_s, order=(1, 0))
     if isinstance(timed, str):
         return None, timed
-    (seconds, cut_seconds), rounds = timed
+    (seconds, cut_seconds), rounds, _ = timed
     trial = PaddingTrial(found.rows, found.width, found.kept, seconds, cut_seconds, rounds,
                          decoder.width if decoder is not None else None, decoder.kept if decoder is not None else None)
     decoder_words = f"; its labels {decoder.width} to {decoder.kept}" if decoder is not None else ""

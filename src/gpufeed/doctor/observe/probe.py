@@ -20,7 +20,11 @@ inputs in turn (a drift of the machine's speed falls on all alike), as many as B
 MIN_ROUNDS whatever the model's speed (the budget scales with the step: one round of a slow model would be one
 sample of the machine's noise), at most REPEATS, and more (up to UNSETTLED_S and UNSETTLED_ROUNDS) while the 1x
 run's fastest is slower than the slowest watched step's forward and backward or a larger batch's fastest is faster
-than a smaller one's (`settled`); each input's fastest run counts (the machine's noise only adds time: another
+than a smaller one's, or, for the batch probe, while a factor's fastest run waited for a core (the process's
+threads' scheduler wait, scheduler.process_run_delay_s, over observation.py's WAIT_ALLOWED_S and
+WAIT_ALLOWED_SHARE of the run: torch's intra-op threads wait for cores another process holds, and each operator
+for its slowest thread, a cost per operator that a larger batch would seem to spread) (`settled`); each input's
+fastest run counts (the machine's noise only adds time: another
 process, a page fault), on CUDA with a synchronize around each run. `time_inputs` is the same timing for any list of
 inputs (observe/padding.py's, say).
 
@@ -43,7 +47,8 @@ from typing import Any
 
 import torch
 
-from gpufeed.doctor.observation import SMALL_BATCH, BatchProbe
+from gpufeed.doctor.observation import SMALL_BATCH, BatchProbe, waited_too_long
+from gpufeed.doctor.observe.scheduler import process_run_delay_s
 
 FACTORS = (1, 2, 4)
 REPEATS = 7
@@ -172,23 +177,26 @@ def run(captured: Capture, watched_s: float | None = None) -> tuple[BatchProbe |
     inputs = [(repeated(captured.args, captured.batch, factor), repeated(captured.kwargs, captured.batch, factor))
               for factor in FACTORS]
     timed = attempt(module, inputs, captured.autocast, SUBJECT, f"a {FACTORS[-1]}x batch", watched_s,
-                    tuple(range(len(FACTORS))))
+                    tuple(range(len(FACTORS))), unwaited=True)
     if isinstance(timed, str):
         return None, timed
-    seconds, repeats = timed
-    probe = BatchProbe(captured.batch, tuple(zip(FACTORS, seconds, strict=True)), repeats)
+    seconds, repeats, waited = timed
+    probe = BatchProbe(captured.batch, tuple(zip(FACTORS, seconds, strict=True)), repeats, tuple(waited))
     times = ", ".join(f"{factor}x {1000 * s:.2f} ms" for factor, s in probe.seconds)
+    waits = "" if not any(waited) else \
+        f" (waiting for cores: {', '.join(f'{1000 * w:.2f}' for w in waited)} ms)"
     return probe, (f"{SUBJECT}: after the watch, a forward and backward of the model (no optimizer step; "
                    f"gradients, buffers and RNG restored after) at {captured.batch} samples repeated 1x, 2x and "
-                   f"4x, the fastest of {repeats}: {times}")
+                   f"4x, the fastest of {repeats}: {times}{waits}")
 
 
 def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast: tuple[str, torch.dtype] | None,
-            subject: str, largest: str, watched_s: float | None = None,
-            order: tuple[int, ...] = ()) -> tuple[list[float], int] | str:
+            subject: str, largest: str, watched_s: float | None = None, order: tuple[int, ...] = (),
+            unwaited: bool = False) -> tuple[list[float], int, list[float]] | str:
     """`time_inputs` where it may run (rank 0, memory at most MEMORY_LIMIT full), its state saved and restored; the
-    fastest seconds per input and the rounds, or the note's text saying why not (`subject` opens it; `largest`
-    names the input that may run out of memory; `watched_s` and `order`, time_inputs')."""
+    fastest seconds per input, the rounds and the fastest runs' waits for a core, or the note's text saying why not
+    (`subject` opens it; `largest` names the input that may run out of memory; `watched_s`, `order` and
+    `unwaited`, time_inputs')."""
     if _rank() != 0:
         return f"{subject}: not run on rank {_rank()} (rank 0 measures)"
     parameter = next(module.parameters(), None)
@@ -198,7 +206,7 @@ def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast:
         return f"{subject}: not run, {full}"
     saved = _save(module, cuda)
     try:
-        return time_inputs(module, inputs, autocast, cuda, watched_s, order)
+        return time_inputs(module, inputs, autocast, cuda, watched_s, order, unwaited)
     except torch.OutOfMemoryError:
         return f"{subject}: not run to the end, {largest} ran out of memory"
     except _NoLoss:
@@ -214,39 +222,47 @@ class _NoLoss(Exception):
 
 
 def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
-                autocast: tuple[str, torch.dtype] | None, cuda: bool,
-                watched_s: float | None = None, order: tuple[int, ...] = ()) -> tuple[list[float], int]:
+                autocast: tuple[str, torch.dtype] | None, cuda: bool, watched_s: float | None = None,
+                order: tuple[int, ...] = (), unwaited: bool = False) -> tuple[list[float], int, list[float]]:
     """The fastest seconds of a forward and backward on each (args, kwargs) and the rounds run: one warm run of
     each, then rounds that take them in turn, as many as BUDGET_S allows, at least MIN_ROUNDS, at most REPEATS.
     Rounds go on, up to UNSETTLED_S more and UNSETTLED_ROUNDS in all, while the fastest runs are not yet what the
     work allows (`settled`): the first input's slower than `watched_s` (the slowest watched step's forward and
     backward, which did that work and more: the machine was busier now than during the watch), or the inputs' out of
     `order` (their indices from the least work to the most: the probe's 1x, 2x, 4x; the padding trial's cut batch,
-    then the batch as it came), which no model does and only another process's burst makes. The findings still judge
-    what it gives (grading.timed_elsewhere). The gradients are unset before each run (the caller saves and restores
-    them: `attempt`). A DistributedDataParallel module runs its own module, under its no_sync(): DDP's forward may
-    broadcast buffers to the other ranks, which are not measuring."""
+    then the batch as it came), which no model does and only another process's burst makes; with `unwaited`, also
+    while an input's fastest run waited for a core (`waited_too_long`). The findings still judge what it gives
+    (grading.timed_elsewhere; small_batch.probe_disagrees). Returned: the fastest seconds, the rounds, and the seconds
+    each fastest run's threads waited for a core (0 where the wait cannot be read). The gradients are unset before
+    each run (the caller saves and restores them: `attempt`). A DistributedDataParallel module runs its own module,
+    under its no_sync(): DDP's forward may broadcast buffers to the other ranks, which are not measuring."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
     wrapper, module = (module, module.module) if ddp else (None, module)
     with wrapper.no_sync() if wrapper is not None else contextlib.nullcontext():
-        warm = [_one(module, args, kwargs, autocast, cuda) for args, kwargs in inputs]
+        warm = [_one(module, args, kwargs, autocast, cuda)[0] for args, kwargs in inputs]
         round_s = sum(warm)
         fit = int((BUDGET_S - round_s) / round_s) if round_s > 0 else REPEATS
         rounds = max(MIN_ROUNDS, min(REPEATS, fit))
-        times: list[list[float]] = [[] for _ in inputs]
+        runs: list[list[tuple[float, float]]] = [[] for _ in inputs]  # (seconds, waited) of each run
 
         def one_round() -> None:
             for index, (args, kwargs) in enumerate(inputs):
-                times[index].append(_one(module, args, kwargs, autocast, cuda))
+                runs[index].append(_one(module, args, kwargs, autocast, cuda))
+
+        def fastest() -> list[tuple[float, float]]:
+            return [min(timed) for timed in runs]
 
         for _ in range(rounds):
             one_round()
         more_until = time.perf_counter() + UNSETTLED_S
-        while len(times[0]) < UNSETTLED_ROUNDS and time.perf_counter() <= more_until:
-            if settled([min(seconds) for seconds in times], watched_s, order):
+        while len(runs[0]) < UNSETTLED_ROUNDS and time.perf_counter() <= more_until:
+            best = fastest()
+            if settled([seconds for seconds, _ in best], watched_s, order) and \
+                    not (unwaited and any(waited_too_long(seconds, waited) for seconds, waited in best)):
                 break
             one_round()
-    return [min(seconds) for seconds in times], len(times[0])
+    best = fastest()
+    return [seconds for seconds, _ in best], len(runs[0]), [waited for _, waited in best]
 
 
 def settled(fastest: list[float], watched_s: float | None, order: tuple[int, ...]) -> bool:
@@ -256,11 +272,13 @@ def settled(fastest: list[float], watched_s: float | None, order: tuple[int, ...
     return within and all(fastest[low] <= fastest[high] for low, high in zip(order, order[1:], strict=False))
 
 
-def _one(module, args, kwargs, autocast, cuda: bool) -> float:
+def _one(module, args, kwargs, autocast, cuda: bool) -> tuple[float, float]:
+    """(seconds, seconds the process's threads waited for a core) of one forward and backward."""
     for parameter in module.parameters():
         parameter.grad = None  # as after zero_grad(): the backward writes the gradients, as the step's does
     if cuda:
         torch.cuda.synchronize()
+    delay = process_run_delay_s()
     start = time.perf_counter()
     with torch.enable_grad():
         if autocast is not None:
@@ -274,7 +292,9 @@ def _one(module, args, kwargs, autocast, cuda: bool) -> float:
         loss.backward()
     if cuda:
         torch.cuda.synchronize()
-    return time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    after = process_run_delay_s()
+    return seconds, (after - delay) if delay is not None and after is not None else 0.0
 
 
 def _save(module: torch.nn.Module, cuda: bool) -> dict:

@@ -95,12 +95,19 @@ def underfilled(seen: Observation) -> Finding | None:
 
 
 def probe_disagrees(seen: Observation, batches: int) -> str | None:
-    """Why the batch probe did not measure the step it probes, or None: it agrees (grading.timed_elsewhere: its
-    fastest 1x round slower than DRIFT times the slowest watched step's forward and backward per batch; its
-    per-sample cost would then call a healthy loop's step fixed cost)."""
+    """Why the batch probe did not measure the step it probes, or None: it agrees. Not when a factor's fastest run
+    waited for a core too long (observation.waited_too_long: its fixed cost would be the waits'), nor when its
+    fastest 1x round is slower than DRIFT times the slowest watched step's forward and backward per batch
+    (grading.timed_elsewhere; its per-sample cost would then call a healthy loop's step fixed cost)."""
     probe = seen.probe
     if probe is None or not probe.seconds:
         return None
+    waited = probe.waited_runs()
+    if waited:
+        runs = ", ".join(f"{factor}x {1000 * w:.3g} of {1000 * s:.3g} ms" for factor, s, w in waited)
+        return (f"batch probe not used: its fastest runs waited for a core ({runs}: other processes held the cores, "
+                f"and each operator waits for its slowest thread, a cost per operator that a larger batch would seem "
+                f"to spread), so small_batch is judged without it")
     found = timed_elsewhere(seen, probe.seconds[0][1], batches, "batch probe", "at 1x")
     return None if found is None else found + ", so small_batch is judged without it"
 
@@ -193,7 +200,7 @@ def in_watched_scale(seen: Observation, batches: int) -> tuple[BatchProbe | None
         return probe, 1.0
     scale = statistics.median(parts) / one
     return BatchProbe(probe.batch, tuple((factor, seconds * scale) for factor, seconds in probe.seconds),
-                      probe.repeats), scale
+                      probe.repeats, probe.waited), scale
 
 
 def batch_gain(probe: BatchProbe, model_s: float, step_s: float, share: float,
