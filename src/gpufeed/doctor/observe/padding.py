@@ -377,14 +377,16 @@ def measure(captured: Capture, watched_s: float | None = None) -> tuple[PaddingT
         return None, f"{SUBJECT}: not run, the captured batch has no column that is padding in every row"
     cut_args, cut_kwargs, found, decoder = cut
     timed = probe.attempt(module, [(captured.args, captured.kwargs), (cut_args, cut_kwargs)], captured.autocast,
-                          SUBJECT, "the batch as it came", watched_s, order=(1, 0))
+                          SUBJECT, "the batch as it came", watched_s, order=(1, 0), unwaited=True)
     if isinstance(timed, str):
         return None, timed
-    (seconds, cut_seconds), rounds, _ = timed
+    (seconds, cut_seconds), rounds, waited = timed
     trial = PaddingTrial(found.rows, found.width, found.kept, seconds, cut_seconds, rounds,
                          decoder.width if decoder is not None else None, decoder.kept if decoder is not None else None)
     decoder_words = f"; its labels {decoder.width} to {decoder.kept}" if decoder is not None else ""
     return trial, (f"{SUBJECT}: after the watch, a forward and backward of the model (no optimizer step; gradients, "
                    f"buffers and RNG restored after) on a watched batch of {found.rows} rows as it came, "
                    f"{found.width} positions wide, and cut to its longest row, {found.kept} wide{decoder_words}; "
-                   f"the fastest of {rounds}: {1000 * seconds:.2f} ms and {1000 * cut_seconds:.2f} ms")
+                   f"the fastest of {rounds}: {1000 * seconds:.2f} ms and {1000 * cut_seconds:.2f} ms"
+                   + ("" if not any(waited) else
+                      f" (waiting for cores: {1000 * waited[0]:.2f} and {1000 * waited[1]:.2f} ms)"))

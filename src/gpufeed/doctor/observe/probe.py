@@ -20,8 +20,8 @@ inputs in turn (a drift of the machine's speed falls on all alike), as many as B
 MIN_ROUNDS whatever the model's speed (the budget scales with the step: one round of a slow model would be one
 sample of the machine's noise), at most REPEATS, and more (up to UNSETTLED_S and UNSETTLED_ROUNDS) while the 1x
 run's fastest is slower than the slowest watched step's forward and backward or a larger batch's fastest is faster
-than a smaller one's, or, for the batch probe, while a factor's fastest run waited for a core (the process's
-threads' scheduler wait, scheduler.process_run_delay_s, over observation.py's WAIT_ALLOWED_S and
+than a smaller one's, or (the batch probe, the padding trial) while an input's fastest run waited for a core (the
+process's threads' scheduler wait, scheduler.process_run_delay_s, over observation.py's WAIT_ALLOWED_S and
 WAIT_ALLOWED_SHARE of the run: torch's intra-op threads wait for cores another process holds, and each operator
 for its slowest thread, a cost per operator that a larger batch would seem to spread) (`settled`); each input's
 fastest run counts (the machine's noise only adds time: another
