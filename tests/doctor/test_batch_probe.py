@@ -104,6 +104,36 @@ def test_rounds_go_on_while_the_first_input_is_slower_than_the_watched_steps(mon
     assert waited_too_long(0.100, 0.0051) and not waited_too_long(0.100, 0.0049) and not waited_too_long(0.01, 0.0009)
 
 
+def test_alone_a_run_is_timed_on_one_thread_less_that_thread_s_wait_for_a_core(monkeypatch):
+    # the padding trial's second timing (observe/padding.py): the clock reads 10.0 and 10.2 s around the run, the
+    # calling thread's run delay 1.00 and 1.15 s: 150 ms of the 200 waited for a core, 50 ms ran
+    from types import SimpleNamespace
+
+    clock, delays = iter([10.0, 10.2]), iter([1.0, 1.15])
+    monkeypatch.setattr(probe, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
+    monkeypatch.setattr(probe, "run_delay_s", lambda: next(delays))
+    monkeypatch.setattr(probe, "process_run_delay_s", lambda: pytest.fail("alone reads this thread's wait only"))
+    seconds, waited = probe._one(_model(), (torch.randn(4, 8),), {}, None, False, alone=True)
+    assert (seconds, waited) == (pytest.approx(0.05), pytest.approx(0.15))
+    monkeypatch.undo()
+    # attempt(alone=True) runs the model on one intra-op thread and puts the script's count back after
+    seen = []
+
+    class Counting(nn.Linear):
+        def forward(self, x):
+            seen.append(torch.get_num_threads())
+            return super().forward(x)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        timed = probe.attempt(Counting(8, 3), [((torch.randn(4, 8),), {})], None, "padding trial", "it",
+                              alone=True)
+        assert not isinstance(timed, str) and set(seen) == {1} and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_per_sample_cost_is_the_slope_or_its_upper_bound():
     grows = BatchProbe(2, ((1, 0.010), (2, 0.012), (4, 0.016)), 5)
     assert grows.slope_resolved and grows.per_sample_s == pytest.approx(0.006 / 6)  # (16 - 10) ms over 3 x 2

@@ -211,3 +211,50 @@ def test_small_batch_is_judged_after_padding_waste_and_its_probe_must_cover_the_
     report = diagnose(on_cpu(_steps(0.030, 0.050), host(), batch_size=8, padding=_reading(trial), probe=flat))
     assert "small_batch" not in by_kind(report) and report.verdict.primary == "padding_waste"
     assert any("than the 45 ms the padding trial saved" in note.text for note in report.notes)
+
+
+def test_a_trial_timed_on_one_thread_is_used_by_its_ratio_and_said_so() -> None:
+    # the script's threads waited for cores in every round, so the trial ran on one thread, each run less its wait:
+    # 120 ms as it came, 30 ms cut, slower than the watched steps' 80 ms (one thread, not a busier machine): the
+    # fraction saved, 90 of 120 ms, applied to the watched 80 ms of a 100 ms step: 0.6; no "slower than the watch"
+    trial = PaddingTrial(rows=8, width=256, kept=64, seconds=0.120, trimmed_seconds=0.030, rounds=5, threads=1)
+    report = diagnose(on_cpu(_steps(0.030, 0.050), host(), batch_size=8, padding=_reading(trial)))
+    found = by_kind(report)["padding_waste"]
+    assert found.share == pytest.approx(90 / 120 * 0.8) and found.evidence["trial_threads"] == 1
+    assert "took 30 ms instead of 120 ms on one thread (less its waits for a core" in found.fix
+    assert not any(note.text.startswith("padding trial slower") for note in report.notes)
+    # its 90 ms saved is in one thread's scale: not weighed against the batch probe's samples (1 ms by its slope)
+    from gpufeed.doctor.observation import BatchProbe
+
+    flat = BatchProbe(8, ((1, 0.075), (2, 0.076), (4, 0.078)), 5)
+    report = diagnose(on_cpu(_steps(0.030, 0.050), host(), batch_size=8, padding=_reading(trial), probe=flat))
+    assert not any("the padding trial saved" in note.text for note in report.notes)
+
+
+def test_a_trial_whose_runs_waited_for_cores_runs_again_on_one_thread(monkeypatch) -> None:
+    # probe.attempt stands in for the timing: on the script's threads the fastest runs waited 486 and 1,123 ms of
+    # 518 and 1,102 (the CI run that lost padding_waste); on one thread, less its waits, 60.2 and 14.7 ms
+    from gpufeed.doctor.observe import probe
+
+    calls = []
+
+    def attempt(module, inputs, autocast, subject, largest, watched_s=None, order=(), unwaited=False, alone=False):
+        calls.append((unwaited, alone, [args[0]["input_ids"].shape[1] if args else kwargs["input_ids"].shape[1]
+                                        for args, kwargs in inputs]))
+        return ([0.0602, 0.0147], 6, [0.004, 0.0]) if alone else ([0.518, 1.102], 8, [0.486, 1.123])
+
+    monkeypatch.setattr(probe, "attempt", attempt)
+    model = torch.nn.Embedding(10, 4)
+    captured = padding.Capture(model, (), {"input_ids": RIGHT, "attention_mask": (RIGHT != PAD).long()}, None, None)
+    trial, note = padding.measure(captured)
+    assert calls == [(True, False, [6, 3]), (False, True, [6, 3])]
+    assert (trial.seconds, trial.trimmed_seconds, trial.rounds, trial.threads) == (0.0602, 0.0147, 6, 1)
+    assert "the fastest of 8: 518.00 ms and 1102.00 ms (waiting for cores: 486.00 and 1123.00 ms); its fastest " \
+           "runs waited for a core" in note
+    assert note.endswith("so it ran again on one thread, each run's time less that thread's wait for a core: the "
+                         "fastest of 6: 60.20 ms and 14.70 ms (waits left out: 4.00 and 0.00 ms)")
+    # runs that waited under 1 ms: no second timing, the script's threads' trial kept
+    calls.clear()
+    monkeypatch.setattr(probe, "attempt", lambda *args, **kwargs: ([0.0317, 0.0093], 7, [0.0004, 0.0]))
+    trial, note = padding.measure(captured)
+    assert (trial.seconds, trial.threads) == (0.0317, None) and "one thread" not in note

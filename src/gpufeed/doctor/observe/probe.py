@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from gpufeed.doctor.observation import SMALL_BATCH, BatchProbe, waited_too_long
-from gpufeed.doctor.observe.scheduler import process_run_delay_s
+from gpufeed.doctor.observe.scheduler import process_run_delay_s, run_delay_s
 
 FACTORS = (1, 2, 4)
 REPEATS = 7
@@ -192,11 +192,12 @@ def run(captured: Capture, watched_s: float | None = None) -> tuple[BatchProbe |
 
 def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast: tuple[str, torch.dtype] | None,
             subject: str, largest: str, watched_s: float | None = None, order: tuple[int, ...] = (),
-            unwaited: bool = False) -> tuple[list[float], int, list[float]] | str:
+            unwaited: bool = False, alone: bool = False) -> tuple[list[float], int, list[float]] | str:
     """`time_inputs` where it may run (rank 0, memory at most MEMORY_LIMIT full), its state saved and restored; the
     fastest seconds per input, the rounds and the fastest runs' waits for a core, or the note's text saying why not
-    (`subject` opens it; `largest` names the input that may run out of memory; `watched_s`, `order` and
-    `unwaited`, time_inputs')."""
+    (`subject` opens it; `largest` names the input that may run out of memory; `watched_s`, `order`, `unwaited`
+    and `alone`, time_inputs'). With `alone`, torch's intra-op threads are set to one while it runs, then put
+    back."""
     if _rank() != 0:
         return f"{subject}: not run on rank {_rank()} (rank 0 measures)"
     parameter = next(module.parameters(), None)
@@ -204,9 +205,11 @@ def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast:
     full = _memory_full(cuda)
     if full is not None:
         return f"{subject}: not run, {full}"
-    saved = _save(module, cuda)
+    saved, threads = _save(module, cuda), torch.get_num_threads()
     try:
-        return time_inputs(module, inputs, autocast, cuda, watched_s, order, unwaited)
+        if alone:
+            torch.set_num_threads(1)
+        return time_inputs(module, inputs, autocast, cuda, watched_s, order, unwaited, alone)
     except torch.OutOfMemoryError:
         return f"{subject}: not run to the end, {largest} ran out of memory"
     except _NoLoss:
@@ -214,6 +217,7 @@ def attempt(module: torch.nn.Module, inputs: list[tuple[tuple, dict]], autocast:
     except Exception as raised:  # the user's forward on inputs of ours: report it, never lose the run
         return f"{subject}: not run to the end, a forward and backward raised {type(raised).__name__}: {raised}"
     finally:
+        torch.set_num_threads(threads)
         _restore(module, saved, cuda)
 
 
@@ -223,7 +227,8 @@ class _NoLoss(Exception):
 
 def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
                 autocast: tuple[str, torch.dtype] | None, cuda: bool, watched_s: float | None = None,
-                order: tuple[int, ...] = (), unwaited: bool = False) -> tuple[list[float], int, list[float]]:
+                order: tuple[int, ...] = (), unwaited: bool = False,
+                alone: bool = False) -> tuple[list[float], int, list[float]]:
     """The fastest seconds of a forward and backward on each (args, kwargs) and the rounds run: one warm run of
     each, then rounds that take them in turn, as many as BUDGET_S allows, at least MIN_ROUNDS, at most REPEATS.
     Rounds go on, up to UNSETTLED_S more and UNSETTLED_ROUNDS in all, while the fastest runs are not yet what the
@@ -234,12 +239,15 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
     while an input's fastest run waited for a core (`waited_too_long`). The findings still judge what it gives
     (grading.timed_elsewhere; small_batch.probe_disagrees). Returned: the fastest seconds, the rounds, and the seconds
     each fastest run's threads waited for a core (0 where the wait cannot be read). The gradients are unset before
-    each run (the caller saves and restores them: `attempt`). A DistributedDataParallel module runs its own module,
+    each run (the caller saves and restores them: `attempt`). With `alone` (the caller has set one intra-op thread:
+    on the CPU the whole forward and backward then runs on this thread), each run's seconds are its running time:
+    the wall less this thread's own wait for a core (scheduler.run_delay_s), which another process's burst no
+    longer adds to; the waits returned are those subtracted. A DistributedDataParallel module runs its own module,
     under its no_sync(): DDP's forward may broadcast buffers to the other ranks, which are not measuring."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
     wrapper, module = (module, module.module) if ddp else (None, module)
     with wrapper.no_sync() if wrapper is not None else contextlib.nullcontext():
-        warm = [_one(module, args, kwargs, autocast, cuda)[0] for args, kwargs in inputs]
+        warm = [_one(module, args, kwargs, autocast, cuda, alone)[0] for args, kwargs in inputs]
         round_s = sum(warm)
         fit = int((BUDGET_S - round_s) / round_s) if round_s > 0 else REPEATS
         rounds = max(MIN_ROUNDS, min(REPEATS, fit))
@@ -247,7 +255,7 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
 
         def one_round() -> None:
             for index, (args, kwargs) in enumerate(inputs):
-                runs[index].append(_one(module, args, kwargs, autocast, cuda))
+                runs[index].append(_one(module, args, kwargs, autocast, cuda, alone))
 
         def fastest() -> list[tuple[float, float]]:
             return [min(timed) for timed in runs]
@@ -272,13 +280,15 @@ def settled(fastest: list[float], watched_s: float | None, order: tuple[int, ...
     return within and all(fastest[low] <= fastest[high] for low, high in zip(order, order[1:], strict=False))
 
 
-def _one(module, args, kwargs, autocast, cuda: bool) -> tuple[float, float]:
-    """(seconds, seconds the process's threads waited for a core) of one forward and backward."""
+def _one(module, args, kwargs, autocast, cuda: bool, alone: bool = False) -> tuple[float, float]:
+    """(seconds, seconds the process's threads waited for a core) of one forward and backward; with `alone`
+    (`time_inputs`), (the seconds less this thread's wait for a core, that wait)."""
+    waits = run_delay_s if alone else process_run_delay_s
     for parameter in module.parameters():
         parameter.grad = None  # as after zero_grad(): the backward writes the gradients, as the step's does
     if cuda:
         torch.cuda.synchronize()
-    delay = process_run_delay_s()
+    delay = waits()
     start = time.perf_counter()
     with torch.enable_grad():
         if autocast is not None:
@@ -293,8 +303,9 @@ def _one(module, args, kwargs, autocast, cuda: bool) -> tuple[float, float]:
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    after = process_run_delay_s()
-    return seconds, (after - delay) if delay is not None and after is not None else 0.0
+    after = waits()
+    waited = (after - delay) if delay is not None and after is not None else 0.0
+    return (seconds - waited if alone else seconds), waited
 
 
 def _save(module: torch.nn.Module, cuda: bool) -> dict:

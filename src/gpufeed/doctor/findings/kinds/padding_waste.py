@@ -11,7 +11,10 @@ fraction, not the trial's milliseconds, because its two widths ran interleaved a
 machine was faster or busier after the watch than during it (a trial 10% faster than the watched steps, the
 milliseconds saved over the step would under-state the share, and `--try`'s measured gain would exceed it). So a
 trial slower than grading.DRIFT times the slowest watched step's forward and backward (another process's burst
-after the watch) is still used, with a note; the batch probe's is not (small_batch reads its milliseconds).
+after the watch) is still used, with a note; the batch probe's is not (small_batch reads its milliseconds). On the
+CPU, a trial whose runs waited for cores is timed again on one thread, less that thread's waits (observe/padding.py:
+`trial_threads` 1 in the evidence, "on one thread" in the fix): its ratio is the work's, its milliseconds one
+thread's, so they are not held against the watched steps.
 
 The level (RECOMMEND_AT): the fix changes nothing the training computes (padding is masked out of attention and of
 the loss: a batch cut to its longest row gives its real tokens the same losses and gradients) and is a line in the
@@ -22,9 +25,9 @@ Evidence: the padding's share of the positions (`padding_share`) and what cuttin
 removes (`trimmable_share`), counted on every training batch; the widths the batches came in and the rows'
 lengths (`shortest`, `median_length`, `longest`); where the padding is made (`source`, `padding_site`: the
 tokenizer's padding="max_length" at the user's line, a collator, a collate function, the loop's own batches); the
-trial (`rows`, `width`, `kept_width`, `as_came_ms`, `cut_ms`, `saved_ms_per_batch`, `rounds`; an encoder-decoder's
-`decoder_width`, `decoder_kept_width`). The fix is frameworks/words.py's `shorter_padding`, in the framework's
-words. --try: cut_padding, every training batch cut to its longest row (trials/changes.py).
+trial (`rows`, `width`, `kept_width`, `as_came_ms`, `cut_ms`, `saved_ms_per_batch`, `rounds`, `trial_threads`
+when timed on one thread; an encoder-decoder's `decoder_width`, `decoder_kept_width`). The fix is
+frameworks/words.py's `shorter_padding`, in the framework's words. --try: cut_padding, every training batch cut to its longest row (trials/changes.py).
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ class PaddingWaste(Kind):
         _, batches = seen.model_batch()
         batches = batches or 1
         parts = watched_model_s(seen, batches)
-        if parts and trial.seconds > DRIFT * max(parts):
+        if parts and trial.threads is None and trial.seconds > DRIFT * max(parts):
             notes.run(f"{SUBJECT} slower than the watch: its fastest forward and backward of the batch as it came "
                       f"took {1000.0 * trial.seconds:.3g} ms, more than {DRIFT:g}x the slowest watched step's "
                       f"{1000.0 * max(parts):.3g} ms (the machine busier after the watch); the share takes the "
@@ -84,6 +87,8 @@ class PaddingWaste(Kind):
                     "width": trial.width, "kept_width": trial.kept, "as_came_ms": 1000.0 * trial.seconds,
                     "cut_ms": 1000.0 * trial.trimmed_seconds, "saved_ms_per_batch": 1000.0 * saved_s,
                     "rounds": trial.rounds, "framework": seen.setup.framework}
+        if trial.threads is not None:
+            evidence["trial_threads"] = trial.threads
         if trial.decoder_width is not None:
             evidence.update({"decoder_width": trial.decoder_width, "decoder_kept_width": trial.decoder_kept})
         if batches > 1:
@@ -118,10 +123,12 @@ def fix(evidence: dict, seen: Observation) -> tuple[str, str]:
     widths = evidence["widths"]
     padded_to = f"{widths[0]} positions" if len(widths) == 1 else f"{widths[0]}-{widths[-1]} positions"
     at = f" at {evidence['padding_site']}" if evidence["padding_site"] else ""
+    alone = " on one thread (less its waits for a core: other processes held the cores)" \
+        if evidence.get("trial_threads") == 1 else ""
     measured = (f"{evidence['padding_share']:.0%} of the positions the model computes on are padding: batches "
                 f"padded to {padded_to} whose rows hold {evidence['shortest']}-{evidence['longest']} real tokens "
                 f"(median {evidence['median_length']:.0f}), padded by {evidence['source']}{at}. Cut to its longest "
                 f"row ({evidence['kept_width']} of {evidence['width']} positions), a watched batch's forward and "
-                f"backward took {evidence['cut_ms']:.3g} ms instead of {evidence['as_came_ms']:.3g} ms. ")
+                f"backward took {evidence['cut_ms']:.3g} ms instead of {evidence['as_came_ms']:.3g} ms{alone}. ")
     change, snippet = words.shorter_padding(seen.setup, evidence["source"], evidence["padding_site"], seq2seq)
     return measured + change, snippet

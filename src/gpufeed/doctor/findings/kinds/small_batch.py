@@ -117,10 +117,11 @@ def padding_contradicts(seen: Observation) -> str | None:
     padding off a batch of the probe's size and saved more than the probe says all its samples cost. Cutting padding
     removes only work that grows with the rows (every row's padded positions), so its saving is at most the
     samples' cost: a probe that says less under-measured the slope (a busy machine), and its fixed cost would be
-    the padding's."""
+    the padding's. A trial timed on one thread (PaddingTrial.threads) is in another scale than the probe: not
+    compared."""
     probe, padding = seen.probe, seen.padding
     trial = padding.trial if padding is not None else None
-    if probe is None or trial is None or trial.rows != probe.batch:
+    if probe is None or trial is None or trial.rows != probe.batch or trial.threads is not None:
         return None
     saved_s, samples_s = trial.seconds - trial.trimmed_seconds, probe.per_sample_s * probe.batch
     if saved_s <= samples_s:
