@@ -27,7 +27,8 @@ lengths (`shortest`, `median_length`, `longest`); where the padding is made (`so
 tokenizer's padding="max_length" at the user's line, a collator, a collate function, the loop's own batches); the
 trial (`rows`, `width`, `kept_width`, `as_came_ms`, `cut_ms`, `saved_ms_per_batch`, `rounds`, `trial_threads`
 when timed on one thread; an encoder-decoder's `decoder_width`, `decoder_kept_width`). The fix is
-frameworks/words.py's `shorter_padding`, in the framework's words. --try: cut_padding, every training batch cut to its longest row (trials/changes.py).
+frameworks/words.py's `shorter_padding`, in the framework's words. --try: cut_padding, every training batch cut to
+its longest row (trials/changes.py).
 """
 
 from __future__ import annotations
