@@ -71,7 +71,7 @@ def test_rounds_go_on_while_the_first_input_is_slower_than_the_watched_steps(mon
     # watched steps' slowest forward and backward took 0.05 s. A fake run: (seconds, seconds waiting for a core)
     def timed_runs(seconds, waits=None):
         runs = iter(zip(seconds, waits or [0.0] * len(seconds), strict=True))
-        monkeypatch.setattr(probe, "_one", lambda *args: next(runs))
+        monkeypatch.setattr(probe, "one_run", lambda *args: next(runs))
 
     busy = [0.1] * (1 + probe.REPEATS)
     timed_runs(busy + [0.07, 0.04, 0.01])
@@ -113,7 +113,7 @@ def test_alone_a_run_is_timed_on_one_thread_less_that_thread_s_wait_for_a_core(m
     monkeypatch.setattr(probe, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     monkeypatch.setattr(probe, "run_delay_s", lambda: next(delays))
     monkeypatch.setattr(probe, "process_run_delay_s", lambda: pytest.fail("alone reads this thread's wait only"))
-    seconds, waited = probe._one(_model(), (torch.randn(4, 8),), {}, None, False, alone=True)
+    seconds, waited = probe.one_run(_model(), (torch.randn(4, 8),), {}, None, False, alone=True)
     assert (seconds, waited) == (pytest.approx(0.05), pytest.approx(0.15))
     monkeypatch.undo()
     # attempt(alone=True) runs the model on one intra-op thread and puts the script's count back after

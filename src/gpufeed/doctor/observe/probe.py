@@ -247,7 +247,7 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
     wrapper, module = (module, module.module) if ddp else (None, module)
     with wrapper.no_sync() if wrapper is not None else contextlib.nullcontext():
-        warm = [_one(module, args, kwargs, autocast, cuda, alone)[0] for args, kwargs in inputs]
+        warm = [one_run(module, args, kwargs, autocast, cuda, alone)[0] for args, kwargs in inputs]
         round_s = sum(warm)
         fit = int((BUDGET_S - round_s) / round_s) if round_s > 0 else REPEATS
         rounds = max(MIN_ROUNDS, min(REPEATS, fit))
@@ -255,7 +255,7 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
 
         def one_round() -> None:
             for index, (args, kwargs) in enumerate(inputs):
-                runs[index].append(_one(module, args, kwargs, autocast, cuda, alone))
+                runs[index].append(one_run(module, args, kwargs, autocast, cuda, alone))
 
         def fastest() -> list[tuple[float, float]]:
             return [min(timed) for timed in runs]
@@ -280,7 +280,7 @@ def settled(fastest: list[float], watched_s: float | None, order: tuple[int, ...
     return within and all(fastest[low] <= fastest[high] for low, high in zip(order, order[1:], strict=False))
 
 
-def _one(module, args, kwargs, autocast, cuda: bool, alone: bool = False) -> tuple[float, float]:
+def one_run(module, args, kwargs, autocast, cuda: bool, alone: bool = False) -> tuple[float, float]:
     """(seconds, seconds the process's threads waited for a core) of one forward and backward; with `alone`
     (`time_inputs`), (the seconds less this thread's wait for a core, that wait)."""
     waits = run_delay_s if alone else process_run_delay_s
