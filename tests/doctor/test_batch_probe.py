@@ -104,15 +104,15 @@ def test_rounds_go_on_while_the_first_input_is_slower_than_the_watched_steps(mon
     assert waited_too_long(0.100, 0.0051) and not waited_too_long(0.100, 0.0049) and not waited_too_long(0.01, 0.0009)
 
 
-def test_alone_a_run_is_timed_on_one_thread_less_that_thread_s_wait_for_a_core(monkeypatch):
+def test_alone_a_run_is_timed_in_its_thread_s_cpu_time(monkeypatch):
     # the padding trial's second timing (observe/padding.py): the clock reads 10.0 and 10.2 s around the run, the
-    # calling thread's run delay 1.00 and 1.15 s: 150 ms of the 200 waited for a core, 50 ms ran
+    # thread's CPU time 3.00 and 3.05 s: it ran 50 ms of the 200, the other 150 ms beyond it on the clock. No
+    # scheduler wait is read (one begun between two reads would be credited to the run: runs came out negative)
     from types import SimpleNamespace
 
-    clock, delays = iter([10.0, 10.2]), iter([1.0, 1.15])
-    monkeypatch.setattr(probe, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
-    monkeypatch.setattr(probe, "run_delay_s", lambda: next(delays))
-    monkeypatch.setattr(probe, "process_run_delay_s", lambda: pytest.fail("alone reads this thread's wait only"))
+    clock, cpu = iter([10.0, 10.2]), iter([3.0, 3.05])
+    monkeypatch.setattr(probe, "time", SimpleNamespace(perf_counter=lambda: next(clock), thread_time=lambda: next(cpu)))
+    monkeypatch.setattr(probe, "process_run_delay_s", lambda: pytest.fail("alone reads this thread's CPU time only"))
     seconds, waited = probe.one_run(_model(), (torch.randn(4, 8),), {}, None, False, alone=True)
     assert (seconds, waited) == (pytest.approx(0.05), pytest.approx(0.15))
     monkeypatch.undo()

@@ -221,7 +221,7 @@ def test_a_trial_timed_on_one_thread_is_used_by_its_ratio_and_said_so() -> None:
     report = diagnose(on_cpu(_steps(0.030, 0.050), host(), batch_size=8, padding=_reading(trial)))
     found = by_kind(report)["padding_waste"]
     assert found.share == pytest.approx(90 / 120 * 0.8) and found.evidence["trial_threads"] == 1
-    assert "took 30 ms instead of 120 ms on one thread (less its waits for a core" in found.fix
+    assert "took 30 ms instead of 120 ms on one thread, in its CPU time (other processes" in found.fix
     assert not any(note.text.startswith("padding trial slower") for note in report.notes)
     # its 90 ms saved is in one thread's scale: not weighed against the batch probe's samples (1 ms by its slope)
     from gpufeed.doctor.observation import BatchProbe
@@ -233,7 +233,7 @@ def test_a_trial_timed_on_one_thread_is_used_by_its_ratio_and_said_so() -> None:
 
 def test_a_trial_whose_runs_waited_for_cores_runs_again_on_one_thread(monkeypatch) -> None:
     # probe.attempt stands in for the timing: on the script's threads the fastest runs waited 486 and 1,123 ms of
-    # 518 and 1,102 (the CI run that lost padding_waste); on one thread, less its waits, 60.2 and 14.7 ms
+    # 518 and 1,102 (the CI run that lost padding_waste); on one thread, its CPU time, 60.2 and 14.7 ms
     from gpufeed.doctor.observe import probe
 
     calls = []
@@ -251,8 +251,8 @@ def test_a_trial_whose_runs_waited_for_cores_runs_again_on_one_thread(monkeypatc
     assert (trial.seconds, trial.trimmed_seconds, trial.rounds, trial.threads) == (0.0602, 0.0147, 6, 1)
     assert "the fastest of 8: 518.00 ms and 1102.00 ms (waiting for cores: 486.00 and 1123.00 ms); its fastest " \
            "runs waited for a core" in note
-    assert note.endswith("so it ran again on one thread, each run's time less that thread's wait for a core: the "
-                         "fastest of 6: 60.20 ms and 14.70 ms (waits left out: 4.00 and 0.00 ms)")
+    assert note.endswith("so it ran again on one thread, each run's time that thread's CPU time: the fastest of 6: "
+                         "60.20 ms and 14.70 ms (beyond it on the clock: 4.00 and 0.00 ms)")
     # runs that waited under 1 ms: no second timing, the script's threads' trial kept
     calls.clear()
     monkeypatch.setattr(probe, "attempt", lambda *args, **kwargs: ([0.0317, 0.0093], 7, [0.0004, 0.0]))

@@ -97,8 +97,8 @@ class PaddingTrial:
     rounds: int
     decoder_width: int | None = None
     decoder_kept: int | None = None
-    # None: on the script's own intra-op threads, wall time; 1: on one thread, each run's time less that thread's
-    # wait for a core (observe/padding.py, when the script's threads' fastest runs waited for cores)
+    # None: on the script's own intra-op threads, wall time; 1: on one thread, each run's time that thread's CPU
+    # time (observe/padding.py, when the script's threads' fastest runs waited for cores)
     threads: int | None = None
 
 

@@ -29,10 +29,10 @@ made, and its cost measured on the user's own model after the watch.
   batch as it came and cut: a `PaddingTrial` (observation.py). On the CPU, when the fastest runs on the script's
   intra-op threads still waited for a core (observation.waited_too_long: another process's burst, which made the
   cut batch of a CI run slower than the batch as it came, 1,102 ms against 518, 1,123 and 486 ms of them waits), it
-  is timed again on one thread, each run's time less that thread's own wait (probe.attempt's `alone`): a GPT-2 of 2
-  layers on 8 x 128 ids cut to 37 ran 60.2 and 14.7 ms so beside two spinning processes, 52.8 and 13.1 on a quiet
-  machine (a saving of 76% and 75%; 31.7 and 9.3 ms, 71%, on two threads quiet). Its ratio is the work's;
-  `PaddingTrial.threads` says so.
+  is timed again on one thread, each run's time that thread's CPU time (probe.attempt's `alone`): a GPT-2 of 2
+  layers on 8 x 128 ids cut to 37 ran 62.2 and 16.5 ms so beside two spinning processes, 59.7 and 16.5 on a quiet
+  machine (73% and 72% saved; 40.1 and 11.2 ms, 72%, on two threads quiet; wall times 85.4 and 24.3 on two threads
+  beside the spinners). Its ratio is the work's; `PaddingTrial.threads` says so.
 """
 
 from __future__ import annotations
@@ -407,9 +407,9 @@ def measure(captured: Capture, watched_s: float | None = None) -> tuple[PaddingT
             (seconds, cut_seconds), rounds, waited = alone
             threads = 1
             note += (f"; its fastest runs waited for a core (other processes held the cores, and each operator "
-                     f"waits for its slowest thread), so it ran again on one thread, each run's time less that "
-                     f"thread's wait for a core: the fastest of {rounds}: {1000 * seconds:.2f} ms and "
-                     f"{1000 * cut_seconds:.2f} ms (waits left out: {1000 * waited[0]:.2f} and "
+                     f"waits for its slowest thread), so it ran again on one thread, each run's time that thread's "
+                     f"CPU time: the fastest of {rounds}: {1000 * seconds:.2f} ms and "
+                     f"{1000 * cut_seconds:.2f} ms (beyond it on the clock: {1000 * waited[0]:.2f} and "
                      f"{1000 * waited[1]:.2f} ms)")
     trial = PaddingTrial(found.rows, found.width, found.kept, seconds, cut_seconds, rounds,
                          decoder.width if decoder is not None else None, decoder.kept if decoder is not None else None,

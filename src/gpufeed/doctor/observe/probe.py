@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 from gpufeed.doctor.observation import SMALL_BATCH, BatchProbe, waited_too_long
-from gpufeed.doctor.observe.scheduler import process_run_delay_s, run_delay_s
+from gpufeed.doctor.observe.scheduler import process_run_delay_s
 
 FACTORS = (1, 2, 4)
 REPEATS = 7
@@ -240,9 +240,12 @@ def time_inputs(module: torch.nn.Module, inputs: list[tuple[tuple, dict]],
     (grading.timed_elsewhere; small_batch.probe_disagrees). Returned: the fastest seconds, the rounds, and the seconds
     each fastest run's threads waited for a core (0 where the wait cannot be read). The gradients are unset before
     each run (the caller saves and restores them: `attempt`). With `alone` (the caller has set one intra-op thread:
-    on the CPU the whole forward and backward then runs on this thread), each run's seconds are its running time:
-    the wall less this thread's own wait for a core (scheduler.run_delay_s), which another process's burst no
-    longer adds to; the waits returned are those subtracted. A DistributedDataParallel module runs its own module,
+    on the CPU the whole forward and backward then runs on this thread), each run's seconds are this thread's CPU
+    time over it (time.thread_time), to which another process holding the core adds nothing; the waits returned are
+    the wall's excess over it. Not the wall less the thread's scheduler wait: a wait that began between reading the
+    wait and reading the clock is credited to the run when the thread is scheduled again, and in a full suite beside
+    two spinning processes it took more than a cut batch's 6 ms run (a share of 0.97 over the watched forward and
+    backward's 0.90). A DistributedDataParallel module runs its own module,
     under its no_sync(): DDP's forward may broadcast buffers to the other ranks, which are not measuring."""
     ddp = isinstance(module, torch.nn.parallel.DistributedDataParallel)
     wrapper, module = (module, module.module) if ddp else (None, module)
@@ -282,13 +285,13 @@ def settled(fastest: list[float], watched_s: float | None, order: tuple[int, ...
 
 def one_run(module, args, kwargs, autocast, cuda: bool, alone: bool = False) -> tuple[float, float]:
     """(seconds, seconds the process's threads waited for a core) of one forward and backward; with `alone`
-    (`time_inputs`), (the seconds less this thread's wait for a core, that wait)."""
-    waits = run_delay_s if alone else process_run_delay_s
+    (`time_inputs`), (this thread's CPU time over it, the seconds beyond that)."""
     for parameter in module.parameters():
         parameter.grad = None  # as after zero_grad(): the backward writes the gradients, as the step's does
     if cuda:
         torch.cuda.synchronize()
-    delay = waits()
+    delay = None if alone else process_run_delay_s()
+    cpu = time.thread_time() if alone else 0.0
     start = time.perf_counter()
     with torch.enable_grad():
         if autocast is not None:
@@ -303,9 +306,11 @@ def one_run(module, args, kwargs, autocast, cuda: bool, alone: bool = False) -> 
     if cuda:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    after = waits()
-    waited = (after - delay) if delay is not None and after is not None else 0.0
-    return (seconds - waited if alone else seconds), waited
+    if alone:
+        ran = time.thread_time() - cpu
+        return ran, max(0.0, seconds - ran)
+    after = process_run_delay_s()
+    return seconds, (after - delay) if delay is not None and after is not None else 0.0
 
 
 def _save(module: torch.nn.Module, cuda: bool) -> dict:

@@ -12,7 +12,7 @@ machine was faster or busier after the watch than during it (a trial 10% faster 
 milliseconds saved over the step would under-state the share, and `--try`'s measured gain would exceed it). So a
 trial slower than grading.DRIFT times the slowest watched step's forward and backward (another process's burst
 after the watch) is still used, with a note; the batch probe's is not (small_batch reads its milliseconds). On the
-CPU, a trial whose runs waited for cores is timed again on one thread, less that thread's waits (observe/padding.py:
+CPU, a trial whose runs waited for cores is timed again on one thread, in that thread's CPU time (observe/padding.py:
 `trial_threads` 1 in the evidence, "on one thread" in the fix): its ratio is the work's, its milliseconds one
 thread's, so they are not held against the watched steps.
 
@@ -124,7 +124,7 @@ def fix(evidence: dict, seen: Observation) -> tuple[str, str]:
     widths = evidence["widths"]
     padded_to = f"{widths[0]} positions" if len(widths) == 1 else f"{widths[0]}-{widths[-1]} positions"
     at = f" at {evidence['padding_site']}" if evidence["padding_site"] else ""
-    alone = " on one thread (less its waits for a core: other processes held the cores)" \
+    alone = " on one thread, in its CPU time (other processes held the cores)" \
         if evidence.get("trial_threads") == 1 else ""
     measured = (f"{evidence['padding_share']:.0%} of the positions the model computes on are padding: batches "
                 f"padded to {padded_to} whose rows hold {evidence['shortest']}-{evidence['longest']} real tokens "
