@@ -32,7 +32,8 @@ made, and its cost measured on the user's own model after the watch.
   is timed again on one thread, each run's time that thread's CPU time (probe.attempt's `alone`): a GPT-2 of 2
   layers on 8 x 128 ids cut to 37 ran 62.2 and 16.5 ms so beside two spinning processes, 59.7 and 16.5 on a quiet
   machine (73% and 72% saved; 40.1 and 11.2 ms, 72%, on two threads quiet; wall times 85.4 and 24.3 on two threads
-  beside the spinners). Its ratio is the work's; `PaddingTrial.threads` says so.
+  beside the spinners; the fastest of 8 each, a 2-vCPU Xeon VM, torch 2.13, 2026-12-05). Its ratio is the
+  work's; `PaddingTrial.threads` says so.
 """
 
 from __future__ import annotations
